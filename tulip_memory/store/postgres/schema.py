@@ -1,0 +1,60 @@
+"""Bring a ``PgMemory`` table to the newest schema: extension, migrations, width check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tulip_memory.store.postgres import sql
+from tulip_memory.store.postgres.migrations import MIGRATIONS, render
+
+
+async def ensure_schema(conn: Any, *, table: str, name: str, dim: int, ann: bool) -> list[int]:
+    """Apply the migrations ``conn`` has not recorded yet; return the versions applied."""
+    import asyncpg
+
+    await _ensure_vector(conn)
+    applied_now: list[int] = []
+    try:
+        async with conn.transaction():
+            await conn.execute(sql.MIGRATION_LOCK, table)
+            await conn.execute(sql.CREATE_VERSION_TABLE.format(t=table))
+            done = {r["version"] for r in await conn.fetch(sql.APPLIED_VERSIONS.format(t=table))}
+            for m in MIGRATIONS:
+                if m.version in done:
+                    continue
+                for stmt in render(m, table=table, name=name, dim=dim, ann=ann):
+                    await conn.execute(stmt)
+                await conn.execute(sql.RECORD_VERSION.format(t=table), m.version, m.name)
+                applied_now.append(m.version)
+    except asyncpg.InsufficientPrivilegeError as e:
+        raise PermissionError(
+            f"cannot create or migrate {table}: {e}. The application role needs CREATE "
+            "on the schema (see tulip_memory.store.postgres.provision_app_role)."
+        ) from e
+    await _check_width(conn, table, dim)
+    return applied_now
+
+
+async def _ensure_vector(conn: Any) -> None:
+    import asyncpg
+
+    if await conn.fetchval(sql.HAS_VECTOR):
+        return
+    try:
+        await conn.execute(sql.CREATE_VECTOR)
+    except asyncpg.PostgresError as e:
+        raise PermissionError(
+            "the pgvector extension is not installed in this database and this role "
+            f"cannot install it ({e}). Run `CREATE EXTENSION vector` as a superuser, "
+            "or use tulip_memory.store.postgres.provision_app_role."
+        ) from e
+
+
+async def _check_width(conn: Any, table: str, dim: int) -> None:
+    width = await conn.fetchval(sql.VECTOR_WIDTH, table)
+    if width is not None and width != dim:
+        raise ValueError(
+            f"{table}.embedding is vector({width}) but this store encodes {dim}-wide "
+            "vectors (a different embedder or dim). Use another table, or reindex "
+            "the table to the new model."
+        )

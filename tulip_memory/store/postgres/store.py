@@ -1,0 +1,439 @@
+"""``PgMemory``: Postgres + pgvector store with per-tenant row-level security.
+
+``namespace[0]`` is the tenant. Every statement runs in a transaction that first pins
+``tulip.tenant`` (transaction-local), and the table's forced RLS policy admits only
+that tenant's rows, so isolation holds at the database even for raw SQL through the
+application role. The store refuses to run as a role that bypasses RLS unless told
+to (``allow_rls_bypass=True``, for admin tools).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import logging
+import re
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from pgvector import Vector
+
+from tulip_memory.embeddings import BaseEmbedding, EmbeddingCache, HRREncoder
+from tulip_memory.embeddings.base import Vectors
+from tulip_memory.errors import TenantIsolationError
+from tulip_memory.store.base import BaseStore, BatchItem
+from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
+from tulip_memory.store.postgres import sql
+from tulip_memory.store.postgres.schema import ensure_schema
+from tulip_memory.store.ranking import score_of, tenant_of
+from tulip_memory.store.validation import (
+    NS_SEP,
+    content_of,
+    encode_json,
+    validate_key,
+    validate_metadata,
+    validate_namespace,
+    validate_vector,
+)
+
+log = logging.getLogger(__name__)
+
+#: pgvector cannot build an HNSW index over more dimensions than this.
+PGVECTOR_ANN_MAX_DIM = 2000
+_DEFAULT_PG_DIM = 512
+_DEFAULT_ENCODING_CACHE = 1024
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
+_SUBSTRING_ONLY = (
+    "PgMemory: numpy is not installed and no embedder was given, so rows are stored "
+    "without vectors and search degrades to a case-insensitive substring match. "
+    "Install numpy (pip install numpy) or pass an embedder for ranked recall."
+)
+
+
+def _validate_ident(name: str, what: str) -> str:
+    if not isinstance(name, str) or not _IDENT.match(name):
+        raise ValueError(
+            f"{what} {name!r} is not a valid identifier: use lower-case letters, digits "
+            "and underscores, starting with a letter or underscore, at most 48 characters"
+        )
+    return name
+
+
+def _numpy() -> Any:
+    """numpy, or ``None`` when it is not installed (the substring-only mode)."""
+    return np if importlib.util.find_spec("numpy") is not None else None
+
+
+class PgMemory(BaseStore):
+    """Postgres + pgvector memory store with per-tenant row-level security."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        table: str = "tulip_memories",
+        dim: int = _DEFAULT_PG_DIM,
+        embedder: BaseEmbedding | None = None,
+        encoding_cache: int = _DEFAULT_ENCODING_CACHE,
+        schema: str = "public",
+        pool_size: int = 10,
+        allow_rls_bypass: bool = False,
+    ) -> None:
+        if dim < 1:
+            raise ValueError(f"dim must be >= 1, got {dim}")
+        if encoding_cache < 0:
+            raise ValueError(f"encoding_cache must be >= 0, got {encoding_cache}")
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be >= 1, got {pool_size}")
+        self._dsn = dsn
+        self._table = _validate_ident(table, "table")
+        self._schema = _validate_ident(schema, "schema")
+        self._qualified = f"{self._schema}.{self._table}"
+        self._dim = dim
+        self._embedder = embedder
+        self._vdim = embedder.dimension if embedder is not None else 2 * dim
+        if embedder is None and self._vdim > PGVECTOR_ANN_MAX_DIM:
+            raise ValueError(
+                f"PgMemory(dim={dim}) is not indexable: the HRR encoding stores "
+                f"[cos φ, sin φ], so the pgvector column would be 2·{dim} = "
+                f"{self._vdim} dimensions wide, over pgvector's "
+                f"{PGVECTOR_ANN_MAX_DIM}-dimension limit for an HNSW index "
+                f"(CREATE INDEX would raise ProgramLimitExceededError). Pass "
+                f"dim <= {PGVECTOR_ANN_MAX_DIM // 2} (the default is "
+                f"{_DEFAULT_PG_DIM}), or pass an embedder."
+            )
+        self._ann = self._vdim <= PGVECTOR_ANN_MAX_DIM
+        if not self._ann:
+            warnings.warn(
+                f"PgMemory: embedder dimension {self._vdim} exceeds pgvector's "
+                f"{PGVECTOR_ANN_MAX_DIM}-dimension limit for an HNSW index, so "
+                f"table {self._table!r} will be created WITHOUT an ANN index. Namespace "
+                f"searches are exact scans either way; tenant-wide ANN is unavailable. "
+                f"Use an embedder with <= {PGVECTOR_ANN_MAX_DIM} dimensions for an index.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        self._substring_only = embedder is None and _numpy() is None
+        self._substring_warned = False
+        if self._substring_only:
+            warnings.warn(_SUBSTRING_ONLY, RuntimeWarning, stacklevel=2)
+        self._encoder: BaseEmbedding | None = (
+            None if self._substring_only else (embedder or HRREncoder(dim))
+        )
+        self._cache = EmbeddingCache(encoding_cache)
+        self._pool_size = pool_size
+        self._allow_rls_bypass = allow_rls_bypass
+        self._sql = {
+            name: getattr(sql, name).format(t=self._qualified, p=self._table)
+            for name in dir(sql)
+            if name.isupper() and not name.startswith("_")
+        }
+        self._pool: Any = None
+        # Serialises first use so concurrent calls build one pool and migrate once.
+        self._pool_lock = asyncio.Lock()
+
+    # -- plumbing -------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        return StoreCapabilities(
+            search=True,
+            semantic_search=not self._substring_only,
+            embedding_dimension=None if self._substring_only else self._vdim,
+            list_namespaces=True,
+            batch_operations=True,
+            transactions=True,
+        )
+
+    @property
+    def table(self) -> str:
+        return self._qualified
+
+    @property
+    def encoding_cache(self) -> EmbeddingCache:
+        return self._cache
+
+    async def _get_pool(self) -> Any:
+        if self._pool is not None:
+            return self._pool
+        async with self._pool_lock:
+            if self._pool is None:
+                self._pool = await self._build_pool()
+        return self._pool
+
+    async def _build_pool(self) -> Any:
+        import asyncpg
+        from pgvector.asyncpg import register_vector
+
+        conn = await asyncpg.connect(self._dsn)
+        try:
+            await self._check_role(conn)
+            await ensure_schema(
+                conn, table=self._qualified, name=self._table, dim=self._vdim, ann=self._ann
+            )
+        finally:
+            await conn.close()
+        return await asyncpg.create_pool(
+            self._dsn, min_size=1, max_size=self._pool_size, init=register_vector
+        )
+
+    async def _check_role(self, conn: Any) -> None:
+        row = await conn.fetchrow(self._sql["ROLE_FLAGS"])
+        if (
+            row is not None
+            and (row["rolsuper"] or row["rolbypassrls"])
+            and not (self._allow_rls_bypass)
+        ):
+            raise TenantIsolationError(
+                "PgMemory is connected as a role that bypasses row-level security "
+                "(superuser or BYPASSRLS), so tenant isolation would not hold at the "
+                "database. Connect as an application role (see "
+                "tulip_memory.store.postgres.provision_app_role), or pass "
+                "allow_rls_bypass=True for an admin tool that must see every tenant."
+            )
+
+    async def _pin(self, conn: Any, tenant: str) -> None:
+        await conn.execute(self._sql["PIN_TENANT"], tenant)
+
+    async def _vector(self, tenant: str, text: str) -> Vectors | None:
+        """The query encoding of ``text`` for ``tenant``, through the LRU cache."""
+        if self._encoder is None:
+            return None
+        key = (tenant, self._encoder.model, text)
+        found, vec = self._cache.get(key)
+        if not found:
+            vec = _nonzero((await self._encoder.aembed([text]))[0])
+            self._cache.put(key, vec)
+        return vec
+
+    def _warn_substring(self) -> None:
+        if not self._substring_warned:
+            self._substring_warned = True
+            log.warning(_SUBSTRING_ONLY)
+
+    # -- writes ---------------------------------------------------------------
+
+    async def put(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Any,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        await self.put_batch([(namespace, key, value, metadata)])
+
+    async def put_with_embedding(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Any,
+        embedding: list[float],
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        vec = np.asarray(validate_vector(embedding, self._vdim), dtype=np.float32)
+        rows = [_prepare(namespace, key, value, metadata)]
+        await self._upsert(rows, [_nonzero(vec)])
+
+    async def put_batch(self, items: list[BatchItem]) -> None:
+        """All items in one transaction and one statement; a batch spans one tenant."""
+        if not items:
+            return
+        rows = _dedupe([_prepare(ns, k, v, md) for ns, k, v, md in items])
+        if self._encoder is None:
+            vectors: list[Vectors | None] = [None] * len(rows)
+        else:
+            encoded = await self._encoder.aembed([r[4] for r in rows])
+            vectors = [_nonzero(encoded[i]) for i in range(len(rows))]
+        await self._upsert(rows, vectors)
+
+    async def _upsert(self, rows: list[_Prepared], vectors: list[Vectors | None]) -> None:
+        tenant = tenant_of([r[0] for r in rows], "put_batch")
+        args = (
+            tenant,
+            [NS_SEP.join(r[0]) for r in rows],
+            [r[1] for r in rows],
+            [r[2] for r in rows],
+            [r[3] for r in rows],
+            [r[4] for r in rows],
+            # Vector objects, not ndarrays: asyncpg would read an ndarray element of
+            # a vector[] as one more array dimension.
+            [None if v is None else Vector(v) for v in vectors],
+        )
+        pool = await self._get_pool()
+        async with pool.acquire() as conn, conn.transaction():
+            await self._pin(conn, tenant)
+            await conn.execute(self._sql["UPSERT"], *args)
+
+    async def delete(self, namespace: tuple[str, ...], key: str) -> bool:
+        ns, k = validate_namespace(namespace), validate_key(key)
+        row = await self._fetchrow(ns[0], "DELETE", NS_SEP.join(ns), k)
+        return row is not None
+
+    async def clear_namespace(self, namespace: tuple[str, ...]) -> int:
+        ns = validate_namespace(namespace)
+        pool = await self._get_pool()
+        async with pool.acquire() as conn, conn.transaction():
+            await self._pin(conn, ns[0])
+            status = await conn.execute(self._sql["CLEAR"], ns[0], NS_SEP.join(ns))
+        return int(status.split()[-1])
+
+    # -- reads ----------------------------------------------------------------
+
+    async def _fetchrow(self, tenant: str, stmt: str, *args: Any) -> Any:
+        pool = await self._get_pool()
+        async with pool.acquire() as conn, conn.transaction():
+            await self._pin(conn, tenant)
+            return await conn.fetchrow(self._sql[stmt], tenant, *args)
+
+    async def _fetch(self, tenant: str, stmt: str, *args: Any) -> list[Any]:
+        pool = await self._get_pool()
+        async with pool.acquire() as conn, conn.transaction():
+            await self._pin(conn, tenant)
+            return list(await conn.fetch(self._sql[stmt], tenant, *args))
+
+    async def get(self, namespace: tuple[str, ...], key: str) -> Any | None:
+        item = await self.get_item(namespace, key)
+        return None if item is None else item.value
+
+    async def get_item(self, namespace: tuple[str, ...], key: str) -> StoreItem | None:
+        ns, k = validate_namespace(namespace), validate_key(key)
+        row = await self._fetchrow(ns[0], "GET", NS_SEP.join(ns), k)
+        return None if row is None else _row_to_item(ns, row)
+
+    async def get_batch(
+        self, keys: list[tuple[tuple[str, ...], str]]
+    ) -> dict[tuple[tuple[str, ...], str], Any]:
+        if not keys:
+            return {}
+        checked = [(validate_namespace(ns), validate_key(k)) for ns, k in keys]
+        tenant = tenant_of([ns for ns, _ in checked], "get_batch")
+        by_name = {NS_SEP.join(ns): ns for ns, _ in checked}
+        rows = await self._fetch(
+            tenant, "GET_MANY", [NS_SEP.join(ns) for ns, _ in checked], [k for _, k in checked]
+        )
+        return {(by_name[r["ns"]], r["key"]): json.loads(r["value"]) for r in rows}
+
+    async def get_embedding(self, namespace: tuple[str, ...], key: str) -> list[float] | None:
+        ns, k = validate_namespace(namespace), validate_key(key)
+        row = await self._fetchrow(ns[0], "GET_EMBEDDING", NS_SEP.join(ns), k)
+        if row is None or row["embedding"] is None:
+            return None
+        return [float(x) for x in row["embedding"].to_list()]
+
+    async def list_keys(self, namespace: tuple[str, ...], limit: int = 100) -> list[str]:
+        ns = validate_namespace(namespace)
+        rows = await self._fetch(ns[0], "LIST_KEYS", NS_SEP.join(ns), limit)
+        return [r["key"] for r in rows]
+
+    async def list_namespaces(
+        self, prefix: tuple[str, ...] | None = None, limit: int = 100
+    ) -> list[tuple[str, ...]]:
+        """Namespaces under ``prefix``, whose first part names the tenant to list."""
+        if not prefix:
+            raise ValueError(
+                "PgMemory.list_namespaces needs a prefix starting with the tenant "
+                "(namespace[0]): row-level security confines every call to one tenant"
+            )
+        pre = validate_namespace(prefix)
+        rows = await self._fetch(pre[0], "LIST_NAMESPACES", NS_SEP.join(pre), limit)
+        return [tuple(r["ns"].split(NS_SEP)) for r in rows]
+
+    async def search(
+        self, namespace: tuple[str, ...], query: str | None = None, limit: int = 10
+    ) -> list[StoreItem]:
+        return (await self.search_many([namespace], query, limit))[0]
+
+    async def search_many(
+        self,
+        namespaces: Sequence[tuple[str, ...]],
+        query: str | None = None,
+        limit: int = 10,
+    ) -> list[list[StoreItem]]:
+        """:meth:`search` over several namespaces of ONE tenant, in one statement."""
+        nss = [validate_namespace(ns) for ns in namespaces]
+        if not nss:
+            return []
+        tenant = tenant_of(nss, "search_many")
+        names = [NS_SEP.join(ns) for ns in nss]
+        stmt, extra = "SEARCH_RECENT", list[Any]()
+        if query:
+            if self._encoder is None:
+                self._warn_substring()
+                stmt, extra = "SEARCH_SUBSTRING", [query]
+            else:
+                qvec = await self._vector(tenant, query)
+                if qvec is not None:
+                    stmt, extra = "SEARCH_VECTOR", [qvec]
+        rows = await self._fetch(tenant, stmt, names, limit, *extra)
+        out: list[list[StoreItem]] = [[] for _ in nss]
+        for r in rows:
+            i = int(r["idx"]) - 1
+            out[i].append(_row_to_item(nss[i], r))
+        return out
+
+    async def search_by_embedding(
+        self,
+        namespace: tuple[str, ...],
+        query_embedding: list[float],
+        limit: int = 10,
+        threshold: float | None = None,
+        metadata_filter: dict[str, Any] | None = None,
+    ) -> list[SemanticSearchResult]:
+        ns = validate_namespace(namespace)
+        q = np.asarray(validate_vector(query_embedding, self._vdim), dtype=np.float32)
+        if not np.any(q):
+            return []
+        mf = None if metadata_filter is None else encode_json(metadata_filter, "metadata_filter")
+        rows = await self._fetch(
+            ns[0], "SEARCH_BY_EMBEDDING", NS_SEP.join(ns), q, limit, mf, threshold
+        )
+        return [
+            SemanticSearchResult(
+                item=_row_to_item(ns, r),
+                score=score_of(float(r["distance"])),
+                distance=float(r["distance"]),
+            )
+            for r in rows
+        ]
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+
+_Prepared = tuple[tuple[str, ...], str, str, str, str]
+
+
+def _prepare(namespace: Any, key: Any, value: Any, metadata: Any) -> _Prepared:
+    """Validate one write; ``(ns, key, value_json, metadata_json, content)``."""
+    ns = validate_namespace(namespace)
+    k = validate_key(key)
+    md = validate_metadata(metadata)
+    value_json = encode_json(value, "value")
+    return ns, k, value_json, encode_json(md, "metadata"), content_of(value)
+
+
+def _dedupe(rows: list[_Prepared]) -> list[_Prepared]:
+    """Last write of a (namespace, key) wins, as sequential puts would leave it."""
+    last = {(r[0], r[1]): r for r in rows}
+    return list(last.values())
+
+
+def _nonzero(vec: Vectors) -> Vectors | None:
+    return vec if bool(np.any(vec)) else None
+
+
+def _row_to_item(ns: tuple[str, ...], r: Any) -> StoreItem:
+    return StoreItem(
+        namespace=ns,
+        key=r["key"],
+        value=json.loads(r["value"]),
+        metadata=json.loads(r["metadata"]),
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        version=r["version"],
+    )

@@ -1,0 +1,112 @@
+"""Input checks shared by every store backend.
+
+Each check raises ``TypeError``/``ValueError`` naming what is wrong, before anything
+is written, so a bad call never leaves a half-written batch behind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+#: Joins namespace parts into one string for storage; a part may not contain it.
+NS_SEP = "\x1f"
+MAX_KEY_BYTES = 1024
+
+Namespace = tuple[str, ...]
+
+
+def validate_namespace(namespace: Any) -> Namespace:
+    """Return ``namespace`` as a tuple of non-empty strings, or raise."""
+    if isinstance(namespace, str) or not isinstance(namespace, Sequence):
+        raise TypeError(
+            f"namespace must be a tuple of strings, got {type(namespace).__name__}: {namespace!r}"
+        )
+    if not namespace:
+        raise ValueError("namespace must have at least one part (namespace[0] is the tenant)")
+    for i, part in enumerate(namespace):
+        if not isinstance(part, str):
+            raise TypeError(f"namespace[{i}] must be a str, got {type(part).__name__}: {part!r}")
+        if not part:
+            raise ValueError(f"namespace[{i}] is empty in {tuple(namespace)!r}")
+        if NS_SEP in part:
+            raise ValueError(f"namespace[{i}] contains the namespace separator \\x1f: {part!r}")
+        if "\x00" in part:
+            raise ValueError(f"namespace[{i}] contains a NUL character: {part!r}")
+    return tuple(namespace)
+
+
+def validate_key(key: Any) -> str:
+    """Return ``key`` if it is a usable key, or raise."""
+    if not isinstance(key, str):
+        raise TypeError(f"key must be a str, got {type(key).__name__}: {key!r}")
+    if not key:
+        raise ValueError("key must not be empty")
+    size = len(key.encode("utf-8"))
+    if size > MAX_KEY_BYTES:
+        raise ValueError(
+            f"key is {size} bytes, over the {MAX_KEY_BYTES}-byte limit: {key[:40]!r}..."
+        )
+    if "\x00" in key:
+        raise ValueError(f"key contains a NUL character: {key!r}")
+    return key
+
+
+def encode_json(value: Any, what: str) -> str:
+    """Serialize ``value`` to JSON text that Postgres ``jsonb`` also accepts."""
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{what} is not JSON-serializable: {e}") from e
+    if "\\u0000" in text:
+        raise ValueError(f"{what} contains a NUL character (\\u0000), which jsonb cannot store")
+    return text
+
+
+def validate_metadata(metadata: Any) -> dict[str, Any]:
+    """Return ``metadata`` (``None`` becomes ``{}``) if it is a JSON object, or raise."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise TypeError(f"metadata must be a dict or None, got {type(metadata).__name__}")
+    encode_json(metadata, "metadata")
+    return metadata
+
+
+def validate_vector(vector: Any, dimension: int, what: str = "embedding") -> list[float]:
+    """Return ``vector`` as floats if it has ``dimension`` finite entries, or raise."""
+    if isinstance(vector, str | bytes) or not hasattr(vector, "__len__"):
+        raise TypeError(f"{what} must be a sequence of floats, got {type(vector).__name__}")
+    if len(vector) != dimension:
+        raise ValueError(f"{what} has {len(vector)} dimensions, expected {dimension}")
+    try:
+        out = [float(x) for x in vector]
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{what} must contain only numbers: {e}") from e
+    if not all(math.isfinite(x) for x in out):
+        raise ValueError(f"{what} contains NaN or infinity")
+    return out
+
+
+def content_of(value: Any) -> str:
+    """The text a value is searched by: the string itself, or its string leaves."""
+    if isinstance(value, str):
+        return value
+    parts: list[str] = []
+    _collect_text(value, parts)
+    return " ".join(parts)
+
+
+def _collect_text(value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _collect_text(v, out)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _collect_text(v, out)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        out.append(str(value))
