@@ -12,9 +12,10 @@ The store's statements must still return exactly what an exact cosine scan retur
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import asyncpg
@@ -160,4 +161,4 @@ async def test_search_by_embedding_is_complete_and_exact(
     q = HRREncoder(DIM).embed(["python cycling"])[0]
     hits = await store.search_by_embedding(big_table.namespace, list(q), limit=30)
     assert [h.item.key for h in hits] == exact_ranking(big_table.texts, "python cycling")[:30]
-    assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
+    assert all(a.score >= b.score for a, b in itertools.pairwise(hits))
