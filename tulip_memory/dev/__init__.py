@@ -1,0 +1,1 @@
+"""The ``tulip-memory dev`` stack: embedded services and the demo workload."""

