@@ -42,7 +42,7 @@ class EmbeddedPostgres:
         os.environ.setdefault("XDG_RUNTIME_DIR", str(self.data_dir))
         self.data_dir.mkdir(parents=True, exist_ok=True)
         mode = "stop" if self.keep else "delete"
-        self._server = pgserver.get_server(self.data_dir, cleanup_mode=mode)
+        self._server = pgserver.get_server(self.data_dir, cleanup_mode=mode)  # type: ignore[attr-defined]
         self.admin_dsn = self._server.get_uri()
         self.app_dsn = run_async(provision_app_role(self.admin_dsn, role))
         return self
