@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,14 +34,15 @@ class EmbeddedPostgres:
     _server: Any = None
 
     def start(self, role: str = APP_ROLE) -> EmbeddedPostgres:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # pgserver's platformdirs warns at import when this is unset (containers, CI).
+        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
         try:
             import pgserver
         except ImportError as e:
             raise ImportError(
                 "embedded Postgres needs the 'embedded' extra: pip install 'tulip-memory[embedded]'"
             ) from e
-        os.environ.setdefault("XDG_RUNTIME_DIR", str(self.data_dir))
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         mode = "stop" if self.keep else "delete"
         self._server = pgserver.get_server(self.data_dir, cleanup_mode=mode)  # type: ignore[attr-defined]
         self.admin_dsn = self._server.get_uri()

@@ -1,0 +1,83 @@
+"""``tulip-memory dev`` as a user runs it: a real process, real services."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import asyncpg
+import psutil
+import redis
+
+CLI = [sys.executable, "-m", "tulip_memory.cli"]
+
+
+def test_demo_passes_and_reports(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*CLI, "dev", "--demo", "--data-dir", str(tmp_path), "--tenants", "2", "--users", "5"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "facts recalled    50/50" in done.stdout
+    assert "tenant isolation  holds" in done.stdout
+    assert (tmp_path / "tulip.env").exists()
+
+
+def _read_env(path: Path, timeout: float = 120.0) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            text = path.read_text()
+            if text.endswith("\n"):
+                return dict(line.split("=", 1) for line in text.splitlines())
+        time.sleep(0.2)
+    raise AssertionError(f"{path} never appeared")
+
+
+def test_dev_serves_until_interrupted_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    proc = subprocess.Popen([*CLI, "dev", "--data-dir", str(tmp_path)], stdout=subprocess.PIPE)
+    try:
+        env = _read_env(tmp_path / "tulip.env")
+        client = redis.Redis.from_url(env["TULIP_REDIS_URL"])
+        assert client.ping()
+        redis_pid = int(client.info()["process_id"])
+        client.close()
+
+        async def pg_pid() -> int:
+            conn = await asyncpg.connect(env["TULIP_DATABASE_URL"])
+            try:
+                return int(await conn.fetchval("SELECT pg_backend_pid()"))
+            finally:
+                await conn.close()
+
+        backend = psutil.Process(asyncio.run(pg_pid()))
+        postmaster = backend.parent()
+        assert postmaster is not None
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        for pid in (redis_pid, postmaster.pid):
+            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+    # Data survives: a second run on the same directory finds the role and database.
+    again = subprocess.run(
+        [*CLI, "dev", "--demo", "--data-dir", str(tmp_path), "--tenants", "2", "--users", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ},
+    )
+    assert again.returncode == 0, again.stdout + again.stderr

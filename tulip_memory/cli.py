@@ -1,0 +1,85 @@
+"""The ``tulip-memory`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return 2
+    result: int = args.run(args)
+    return result
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tulip-memory", description=__doc__)
+    sub = parser.add_subparsers(title="commands")
+    dev = sub.add_parser("dev", help="run the stack on embedded services under one data dir")
+    dev.add_argument("--data-dir", type=Path, default=Path(".tulip-dev"))
+    dev.add_argument("--demo", action="store_true", help="run the demo workload, check, exit")
+    dev.add_argument("--tenants", type=int, default=4, help="demo: number of tenants")
+    dev.add_argument("--users", type=int, default=25, help="demo: users per tenant")
+    dev.set_defaults(run=_dev)
+    return parser
+
+
+def _dev(args: argparse.Namespace) -> int:
+    from tulip_memory.dev.stack import DevStack
+
+    started = time.perf_counter()
+    stack = DevStack(args.data_dir)
+    print(f"starting embedded services under {args.data_dir.resolve()} ...", flush=True)
+    stack.start(with_redis=not args.demo)
+    try:
+        print(f"settings written to {stack.env_file}", flush=True)
+        for key, value in sorted(stack.settings.items()):
+            print(f"  {key}={value}")
+        if args.demo:
+            return _demo(stack, args, started)
+        print("running; press Ctrl-C to stop", flush=True)
+        _wait_for_signal()
+        return 0
+    finally:
+        stack.stop()
+        print("stopped", flush=True)
+
+
+def _demo(stack: object, args: argparse.Namespace, started: float) -> int:
+    from tulip_memory.dev.demo import run_store_demo
+    from tulip_memory.dev.stack import DevStack
+
+    assert isinstance(stack, DevStack) and stack.postgres is not None
+    run_id = f"demo-{uuid.uuid4().hex[:8]}"
+    print(f"demo {run_id}: {args.tenants} tenants x {args.users} users, two sessions each")
+    report = asyncio.run(
+        run_store_demo(
+            stack.postgres.app_dsn, run_id=run_id, tenants=args.tenants, users=args.users
+        )
+    )
+    for line in report.lines():
+        print(f"  {line}")
+    print(f"  wall time         {time.perf_counter() - started:.1f}s")
+    return 0 if report.ok else 1
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

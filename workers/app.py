@@ -1,0 +1,8 @@
+"""The Celery application; every setting comes from ``celeryconfig``."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+app = Celery("tulip_memory")
+app.config_from_object("celeryconfig")
