@@ -1,0 +1,334 @@
+"""``LLMExtractor``: memories extracted by a model through litellm.
+
+One call per extraction: the transcript (trimmed to a token budget) and the
+namespace's existing memories go in, a JSON list of memories comes out (a JSON schema
+``response_format`` where the provider supports one), parsed tolerantly and checked
+item by item. 429s, 5xx and timeouts are retried with backoff, never before a
+``Retry-After``. Usage and cost come back in the :class:`ExtractionResult`.
+
+Wire it into a manager whose memories it should update::
+
+    manager = LLMMemoryManager(store, extract_mode="background")
+    manager.extract_fn = LLMExtractor(LLMExtractorConfig(model=...), existing=manager.retrieve)
+
+litellm is imported on first use, never when ``tulip_memory`` is imported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import math
+import os
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from tulip_memory.errors import TulipMemoryError
+from tulip_memory.events import EV_MEMORY_EXTRACTOR_COMPLETED, emit
+from tulip_memory.extract.parse import DroppedItem, parse_items, validate_items
+from tulip_memory.extract.prompt import (
+    build_prompt,
+    render_transcript,
+    response_format,
+    trim_transcript,
+)
+from tulip_memory.manager.memory import Memory
+from tulip_memory.messages import Message
+
+logger = logging.getLogger(__name__)
+
+ExistingFn = Callable[[], Awaitable[Sequence[Memory]]]
+_RETRY_STATUSES = frozenset({408, 409, 429})
+
+
+class ExtractionError(TulipMemoryError):
+    """A model extraction that failed for good: ``reason``, after ``attempts`` calls."""
+
+    def __init__(self, reason: str, *, attempts: int, status: int | None = None) -> None:
+        self.reason = reason
+        self.attempts = attempts
+        self.status = status
+        super().__init__(f"{reason} (after {attempts} attempt(s))")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LLMExtractorConfig:
+    """How to call the extraction model.
+
+    ``response_schema``: ``None`` asks litellm whether the model supports JSON-schema
+    output. A ``Retry-After`` longer than ``max_backoff`` is not waited for: the call
+    fails instead.
+    """
+
+    model: str
+    api_base: str | None = None
+    api_key: str | None = None
+    timeout: float = 30.0
+    max_retries: int = 3
+    backoff: float = 0.5
+    max_backoff: float = 30.0
+    max_transcript_tokens: int = 6_000
+    max_existing: int = 50
+    max_output_tokens: int = 1_024
+    temperature: float = 0.0
+    min_confidence: float = 0.0
+    response_schema: bool | None = None
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("model must be a litellm model string, e.g. 'openai/gpt-4o-mini'")
+        if self.timeout <= 0 or self.max_retries < 0 or self.max_transcript_tokens < 1:
+            raise ValueError("timeout and max_transcript_tokens must be positive, max_retries >= 0")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> LLMExtractorConfig | None:
+        """From ``TULIP_EXTRACT_MODEL``; ``None`` when unset (use the offline heuristic)."""
+        model = (os.environ if env is None else env).get("TULIP_EXTRACT_MODEL", "").strip()
+        return cls(model=model) if model else None
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one extraction cost; ``cost_usd`` is ``None`` when litellm cannot price it."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float | None = None
+    attempts: int = 0
+
+
+@dataclass(frozen=True)
+class ExtractionResult:
+    """Memories extracted, items dropped (with reasons), and usage."""
+
+    memories: tuple[Memory, ...] = ()
+    dropped: tuple[DroppedItem, ...] = ()
+    usage: Usage = Usage()
+
+
+class LLMExtractor:
+    """An ``extract_fn`` for :class:`~tulip_memory.manager.LLMMemoryManager` backed by
+    a litellm model; ``existing`` reads the memories the model should update."""
+
+    def __init__(self, config: LLMExtractorConfig, *, existing: ExistingFn | None = None) -> None:
+        self.config = config
+        self.existing = existing
+
+    async def __call__(self, messages: list[Message]) -> list[Memory]:
+        """The ``ExtractFn`` contract: memories only; usage is emitted as an event."""
+        known = list(await self.existing()) if self.existing is not None else []
+        result = await self.extract(messages, existing=known)
+        await emit(
+            EV_MEMORY_EXTRACTOR_COMPLETED,
+            model=self.config.model,
+            memory_count=len(result.memories),
+            dropped_count=len(result.dropped),
+            prompt_tokens=result.usage.prompt_tokens,
+            completion_tokens=result.usage.completion_tokens,
+            cost_usd=result.usage.cost_usd,
+            attempts=result.usage.attempts,
+        )
+        return list(result.memories)
+
+    async def extract(
+        self, messages: Sequence[Message], *, existing: Sequence[Memory] = ()
+    ) -> ExtractionResult:
+        """Extract memories from ``messages``; raises :class:`ExtractionError`."""
+        litellm = _litellm()
+        lines = trim_transcript(
+            render_transcript(messages), self.config.max_transcript_tokens, self._count
+        )
+        if not lines:
+            return ExtractionResult()
+        prompt = build_prompt(lines, existing[: self.config.max_existing])
+        response, attempts = await self._complete(litellm, prompt)
+        parsed = parse_items(_content_of(response))
+        if parsed.error is not None:
+            raise ExtractionError(parsed.error, attempts=attempts)
+        memories, dropped = validate_items(parsed.items, min_confidence=self.config.min_confidence)
+        for item in dropped:
+            logger.warning("dropped a memory item from %s: %s", self.config.model, item.reason)
+        tagged = tuple(self._tag(m) for m in memories)
+        return ExtractionResult(tagged, tuple(dropped), _usage(litellm, response, attempts))
+
+    async def _complete(self, litellm: Any, prompt: list[dict[str, str]]) -> tuple[Any, int]:
+        kwargs = self._request(litellm, prompt)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with asyncio.timeout(self.config.timeout):
+                    return await litellm.acompletion(**kwargs), attempt
+            except Exception as e:
+                delay = self._retry_delay(e, attempt)
+                if delay is None:
+                    raise ExtractionError(
+                        f"{self.config.model} call failed: {type(e).__name__}: {e}",
+                        attempts=attempt,
+                        status=status_of(e),
+                    ) from e
+                logger.warning(
+                    "%s call failed (%s: %s); retry in %.2fs",
+                    self.config.model,
+                    type(e).__name__,
+                    e,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+
+    def _request(self, litellm: Any, prompt: list[dict[str, str]]) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": prompt,
+            "temperature": self.config.temperature,
+            "max_tokens": self.config.max_output_tokens,
+            "timeout": self.config.timeout,
+            # Retries are ours (they honour Retry-After); none inside litellm or the SDK.
+            "num_retries": 0,
+            "max_retries": 0,
+        }
+        if self.config.api_base is not None:
+            kwargs["api_base"] = self.config.api_base
+        if self.config.api_key is not None:
+            kwargs["api_key"] = self.config.api_key
+        if self._use_schema(litellm):
+            kwargs["response_format"] = response_format()
+        return kwargs
+
+    def _use_schema(self, litellm: Any) -> bool:
+        if self.config.response_schema is not None:
+            return self.config.response_schema
+        try:
+            return bool(litellm.supports_response_schema(model=self.config.model))
+        except Exception:
+            return False
+
+    def _retry_delay(self, error: Exception, attempt: int) -> float | None:
+        """Seconds to wait before the next attempt, or ``None`` to give up."""
+        if attempt > self.config.max_retries or not is_retryable(error):
+            return None
+        wait = retry_after_of(error)
+        if wait is not None:
+            return wait if wait <= self.config.max_backoff else None
+        jitter = random.random()  # noqa: S311 - spreading retries, not cryptography
+        return backoff_delay(attempt, self.config.backoff, self.config.max_backoff, jitter)
+
+    def _count(self, text: str) -> int:
+        try:
+            return int(_litellm().token_counter(model=self.config.model, text=text))
+        except Exception:
+            return estimate_tokens(text)
+
+    def _tag(self, memory: Memory) -> Memory:
+        metadata = {**memory.metadata, "source": "llm", "model": self.config.model}
+        return replace(memory, metadata=metadata)
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Whether a failed call may succeed later: timeouts, connection errors, 408/409/429, 5xx."""
+    if isinstance(error, TimeoutError):
+        return True
+    name = type(error).__name__
+    if name in {"Timeout", "APIConnectionError", "APITimeoutError"}:
+        return True
+    status = status_of(error)
+    return status is not None and (status in _RETRY_STATUSES or status >= 500)
+
+
+def status_of(error: BaseException) -> int | None:
+    """The HTTP status an exception carries, if any."""
+    status = getattr(error, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def retry_after_of(error: BaseException) -> float | None:
+    """Seconds the server asked to wait (``retry-after-ms`` / ``Retry-After``), if any."""
+    response = getattr(error, "response", None)
+    candidates = (
+        getattr(response, "headers", None),
+        getattr(error, "litellm_response_headers", None),
+    )
+    for headers in candidates:
+        if headers is not None:
+            wait = parse_retry_after(headers)
+            if wait is not None:
+                return wait
+    return None
+
+
+def parse_retry_after(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
+    """Seconds from ``retry-after-ms``, or ``Retry-After`` (seconds or an HTTP date)."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    millis = _number(lowered.get("retry-after-ms"))
+    if millis is not None:
+        return max(0.0, millis / 1000)
+    raw = lowered.get("retry-after")
+    if raw is None:
+        return None
+    seconds = _number(raw)
+    if seconds is not None:
+        return max(0.0, seconds)
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    current = now or datetime.now(UTC)
+    return max(0.0, (when - current).total_seconds())
+
+
+def backoff_delay(attempt: int, base: float, cap: float, jitter: float) -> float:
+    """Exponential backoff for retry ``attempt`` (1-based), between half and all of it."""
+    full = min(cap, base * 2.0 ** (attempt - 1))
+    return full * (0.5 + jitter / 2)
+
+
+def estimate_tokens(text: str) -> int:
+    """A tokenizer-free estimate: about four characters a token."""
+    return len(text) // 4 + 1
+
+
+def _number(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _content_of(response: Any) -> str:
+    try:
+        content = response.choices[0].message.content
+    except (AttributeError, IndexError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
+
+
+def _usage(litellm: Any, response: Any, attempts: int) -> Usage:
+    usage = getattr(response, "usage", None)
+    try:
+        cost: float | None = float(litellm.completion_cost(completion_response=response))
+    except Exception:
+        cost = None
+    return Usage(
+        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        total_tokens=int(getattr(usage, "total_tokens", 0) or 0),
+        cost_usd=cost,
+        attempts=attempts,
+    )
+
+
+def _litellm() -> Any:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    return litellm

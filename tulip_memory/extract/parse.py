@@ -1,0 +1,151 @@
+"""Reading a model's answer into memories: tolerant JSON, then per-item validation.
+
+Pure functions. The JSON may sit in code fences or prose; items that are not valid
+memories are dropped with a reason. Only the fields a memory has are read: anything
+else in an item (a namespace, a tenant, ...) is ignored, so model output never
+chooses where a memory is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tulip_memory.manager.memory import Memory, MemoryType
+
+MAX_KEY_CHARS = 120
+MAX_CONTENT_CHARS = 2_000
+_FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
+_KEY_JUNK = re.compile(r"[^a-z0-9_]+")
+_DECODER = json.JSONDecoder()
+
+
+@dataclass(frozen=True)
+class DroppedItem:
+    """An item of model output that is not a valid memory, and why."""
+
+    item: Any
+    reason: str
+
+
+@dataclass(frozen=True)
+class ParsedItems:
+    """The items found in a model's answer, or ``error`` if no JSON list was found."""
+
+    items: tuple[Any, ...] = ()
+    error: str | None = None
+
+
+def parse_items(text: str) -> ParsedItems:
+    """The list of memory items in ``text``: bare JSON, JSON in code fences, or the
+    first JSON list (or ``{"memories": [...]}`` object) inside surrounding prose."""
+    candidates = [text.strip(), *(m.group(1).strip() for m in _FENCE.finditer(text))]
+    for candidate in candidates:
+        items = _items_of(_loads(candidate))
+        if items is not None:
+            return ParsedItems(items=tuple(items))
+    for value in _embedded_json(text):
+        items = _items_of(value)
+        # In prose, a list of no objects ("see [1]") is not the answer.
+        if items is not None and (not items or any(isinstance(i, dict) for i in items)):
+            return ParsedItems(items=tuple(items))
+    return ParsedItems(error=f"no JSON list of memories in the model output: {text[:200]!r}")
+
+
+def validate_items(
+    items: Sequence[Any], *, min_confidence: float = 0.0
+) -> tuple[list[Memory], list[DroppedItem]]:
+    """Split ``items`` into memories and dropped items (with their reasons)."""
+    memories: list[Memory] = []
+    dropped: list[DroppedItem] = []
+    for item in items:
+        result = validate_item(item, min_confidence=min_confidence)
+        if isinstance(result, Memory):
+            memories.append(result)
+        else:
+            dropped.append(DroppedItem(item=item, reason=result))
+    return memories, dropped
+
+
+def validate_item(item: Any, *, min_confidence: float = 0.0) -> Memory | str:
+    """A memory from one item, or the reason it is not one."""
+    if not isinstance(item, Mapping):
+        return f"not an object: {type(item).__name__}"
+    kind = _memory_type(item.get("type"))
+    if kind is None:
+        return f"unknown type {item.get('type')!r}"
+    key = normalize_key(item.get("key"))
+    if not key:
+        return f"missing or unusable key {item.get('key')!r}"
+    content = item.get("content")
+    if not isinstance(content, str) or not content.strip():
+        return "missing content"
+    if len(content) > MAX_CONTENT_CHARS:
+        return f"content longer than {MAX_CONTENT_CHARS} characters"
+    metadata = _metadata(item)
+    if metadata.get("confidence", 1.0) < min_confidence:
+        return f"confidence {metadata['confidence']} below {min_confidence}"
+    return Memory(type=kind, key=key, content=content.strip(), metadata=metadata)
+
+
+def normalize_key(raw: Any) -> str:
+    """A store key from a model's key: lowercase ``[a-z0-9_]`` runs joined by ``-``."""
+    if not isinstance(raw, str):
+        return ""
+    return _KEY_JUNK.sub("-", raw.lower()).strip("-")[:MAX_KEY_CHARS].strip("-")
+
+
+def _memory_type(raw: Any) -> MemoryType | None:
+    if not isinstance(raw, str):
+        return None
+    try:
+        return MemoryType(raw.strip().lower())
+    except ValueError:
+        return None
+
+
+def _metadata(item: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in ("why", "how_to_apply"):
+        value = item.get(name)
+        if isinstance(value, str) and value.strip():
+            out[name] = value.strip()
+    confidence = item.get("confidence")
+    if (
+        isinstance(confidence, int | float)
+        and not isinstance(confidence, bool)
+        and math.isfinite(confidence)
+    ):
+        out["confidence"] = min(1.0, max(0.0, float(confidence)))
+    return out
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _items_of(value: Any) -> list[Any] | None:
+    if isinstance(value, list):
+        return value
+    if isinstance(value, dict):
+        memories = value.get("memories")
+        if isinstance(memories, list):
+            return memories
+    return None
+
+
+def _embedded_json(text: str) -> Iterator[Any]:
+    """Each JSON list or object that starts somewhere in ``text`` and decodes."""
+    for match in re.finditer(r"[\[{]", text):
+        try:
+            value, _ = _DECODER.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        yield value

@@ -1,0 +1,84 @@
+"""Chat messages (``tulip.core.messages``): roles, tool calls, and one message.
+
+Messages are frozen; ``to_dict`` / ``from_dict`` give the JSON shape checkpoints and
+events carry. Sequences passed in (``tool_calls``) are stored as tuples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Role(StrEnum):
+    """Who said a message."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCall:
+    """A model's request to call tool ``name`` with JSON ``arguments``."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of this call."""
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ToolCall:
+        """Inverse of :meth:`to_dict`."""
+        return cls(id=d["id"], name=d["name"], arguments=dict(d.get("arguments") or {}))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """One turn of a conversation.
+
+    ``tool_calls`` is set on assistant messages that call tools; ``tool_call_id`` on
+    the tool message answering one of them. ``metadata`` is for the application and
+    for markers of our own (such as an injected memory block); it is never sent to a
+    model.
+    """
+
+    role: Role
+    content: str = ""
+    tool_calls: Sequence[ToolCall] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "role", Role(self.role))
+        object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of this message (every field, so it round-trips exactly)."""
+        return {
+            "role": self.role.value,
+            "content": self.content,
+            "tool_calls": [tc.to_dict() for tc in self.tool_calls],
+            "tool_call_id": self.tool_call_id,
+            "name": self.name,
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Message:
+        """Inverse of :meth:`to_dict`; absent optional fields take their defaults."""
+        return cls(
+            role=Role(d["role"]),
+            content=d.get("content") or "",
+            tool_calls=tuple(ToolCall.from_dict(tc) for tc in d.get("tool_calls") or ()),
+            tool_call_id=d.get("tool_call_id"),
+            name=d.get("name"),
+            metadata=dict(d.get("metadata") or {}),
+        )
