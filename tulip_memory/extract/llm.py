@@ -215,7 +215,7 @@ class LLMExtractor:
         wait = retry_after_of(error)
         if wait is not None:
             return wait if wait <= self.config.max_backoff else None
-        jitter = random.random()  # noqa: S311 - spreading retries, not cryptography
+        jitter = random.random()
         return backoff_delay(attempt, self.config.backoff, self.config.max_backoff, jitter)
 
     def _count(self, text: str) -> int:

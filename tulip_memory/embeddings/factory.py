@@ -1,0 +1,105 @@
+"""Pick an embedder from one model string, so configuration is a single env var.
+
+==========================  ==============================================
+``None`` / ``""``           ``HashingEmbedder(dimension or 384)``, offline
+``"hashing"``               ``HashingEmbedder(dimension or 384)``
+``"hashing:256"``           ``HashingEmbedder(256)``
+``"local"``                 ``SentenceTransformerEmbedder()`` (all-MiniLM-L6-v2)
+``"local:<name or path>"``  ``SentenceTransformerEmbedder(<name or path>)``
+anything else               ``LiteLLMEmbedder(model, dimension, api_base)``
+==========================  ==============================================
+
+A litellm model string is checked with ``litellm.get_llm_provider`` here, so a typo
+fails at start-up; that imports litellm (seconds, once per process).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from tulip_memory.embeddings.base import BaseEmbedding
+from tulip_memory.embeddings.hashing import HashingEmbedder
+from tulip_memory.embeddings.litellm_embedder import LiteLLMEmbedder, import_litellm
+
+DEFAULT_HASHING_DIMENSION = 384
+ENV_MODEL = "TULIP_EMBED_MODEL"
+ENV_DIMENSION = "TULIP_EMBED_DIM"
+ENV_API_BASE = "TULIP_EMBED_API_BASE"
+
+
+def embedder_from_config(
+    model: str | None,
+    *,
+    dimension: int | None = None,
+    api_base: str | None = None,
+) -> BaseEmbedding:
+    """The embedder ``model`` names; see the module table. Invalid values raise ValueError."""
+    if dimension is not None and dimension < 1:
+        raise ValueError(f"embedding dimension must be >= 1, got {dimension}")
+    spec = (model or "").strip()
+    scheme, _, argument = spec.partition(":")
+    if not spec or scheme == "hashing":
+        return _hashing(argument, dimension, spec)
+    if scheme == "local":
+        return _local(argument.strip(), dimension)
+    _check_routable(spec, api_base)
+    return LiteLLMEmbedder(spec, dimension=dimension, api_base=api_base)
+
+
+def embedder_from_env(environ: Mapping[str, str] | None = None) -> BaseEmbedding:
+    """:func:`embedder_from_config` from ``TULIP_EMBED_MODEL``, ``_DIM`` and ``_API_BASE``."""
+    env = os.environ if environ is None else environ
+    raw_dimension = env.get(ENV_DIMENSION, "").strip()
+    try:
+        dimension = int(raw_dimension) if raw_dimension else None
+    except ValueError:
+        raise ValueError(f"{ENV_DIMENSION} must be an integer, got {raw_dimension!r}") from None
+    return embedder_from_config(
+        env.get(ENV_MODEL),
+        dimension=dimension,
+        api_base=env.get(ENV_API_BASE) or None,
+    )
+
+
+def _check_routable(model: str, api_base: str | None) -> None:
+    """Fail at configuration time, not on the first embed, when litellm cannot route ``model``.
+
+    Imports litellm (a few seconds, once per process).
+    """
+    if any(c.isspace() for c in model):
+        raise ValueError(f"invalid embedding model {model!r}: no whitespace allowed")
+    litellm = import_litellm()
+    try:
+        litellm.get_llm_provider(model=model, api_base=api_base)
+    except Exception as e:
+        raise ValueError(
+            f"unknown embedding model {model!r}: litellm cannot tell its provider; "
+            "use 'provider/model' (e.g. 'openai/text-embedding-3-small'), 'hashing' or 'local'"
+        ) from e
+
+
+def _hashing(argument: str, dimension: int | None, spec: str) -> HashingEmbedder:
+    if not argument:
+        return HashingEmbedder(dimension or DEFAULT_HASHING_DIMENSION)
+    try:
+        width = int(argument)
+    except ValueError:
+        raise ValueError(f"invalid embedding model {spec!r}: expected hashing:<int>") from None
+    if width < 1:
+        raise ValueError(f"invalid embedding model {spec!r}: the width must be >= 1")
+    if dimension is not None and dimension != width:
+        raise ValueError(f"{spec!r} contradicts dimension={dimension}")
+    return HashingEmbedder(width)
+
+
+def _local(name: str, dimension: int | None) -> BaseEmbedding:
+    from tulip_memory.embeddings.local import DEFAULT_MODEL, SentenceTransformerEmbedder
+
+    embedder = SentenceTransformerEmbedder(name or DEFAULT_MODEL)
+    if dimension is not None and dimension != embedder.dimension:
+        raise ValueError(
+            f"{embedder.model!r} produces {embedder.dimension}-wide vectors, "
+            f"not the configured {dimension}"
+        )
+    return embedder
