@@ -36,7 +36,10 @@ class EmbeddedPostgres:
     def start(self, role: str = APP_ROLE) -> EmbeddedPostgres:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # pgserver's platformdirs warns at import when this is unset (containers, CI).
-        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
+        if "XDG_RUNTIME_DIR" not in os.environ:
+            runtime = Path(tempfile.gettempdir()) / f"tulip-runtime-{os.getuid()}"
+            runtime.mkdir(mode=0o700, exist_ok=True)
+            os.environ["XDG_RUNTIME_DIR"] = str(runtime)
         try:
             import pgserver
         except ImportError as e:

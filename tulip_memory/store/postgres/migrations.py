@@ -57,6 +57,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         ("CREATE INDEX {p}_hnsw ON {t} USING hnsw (embedding vector_cosine_ops)",),
         needs_ann=True,
     ),
+    Migration(
+        4,
+        "source event sequence for fencing",
+        ("ALTER TABLE {t} ADD COLUMN source_seq bigint",),
+    ),
 )
 
 

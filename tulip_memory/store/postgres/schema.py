@@ -7,31 +7,45 @@ from typing import Any
 from tulip_memory.store.postgres import sql
 from tulip_memory.store.postgres.migrations import MIGRATIONS, render
 
+#: ``(version, name, statements)`` of one migration, rendered for one table.
+Step = tuple[int, str, list[str]]
+
 
 async def ensure_schema(conn: Any, *, table: str, name: str, dim: int, ann: bool) -> list[int]:
-    """Apply the migrations ``conn`` has not recorded yet; return the versions applied."""
+    """Bring a memories table up to date; return the versions applied now."""
+    await _ensure_vector(conn)
+    steps = [
+        (m.version, m.name, render(m, table=table, name=name, dim=dim, ann=ann)) for m in MIGRATIONS
+    ]
+    applied = await apply_migrations(conn, table, steps)
+    await _check_width(conn, table, dim)
+    return applied
+
+
+async def apply_migrations(conn: Any, table: str, steps: list[Step]) -> list[int]:
+    """Apply the steps ``<table>_migrations`` has not recorded, in order, in one
+    transaction under an advisory lock on the table name (concurrent first use by
+    many processes migrates once)."""
     import asyncpg
 
-    await _ensure_vector(conn)
     applied_now: list[int] = []
     try:
         async with conn.transaction():
             await conn.execute(sql.MIGRATION_LOCK, table)
             await conn.execute(sql.CREATE_VERSION_TABLE.format(t=table))
             done = {r["version"] for r in await conn.fetch(sql.APPLIED_VERSIONS.format(t=table))}
-            for m in MIGRATIONS:
-                if m.version in done:
+            for version, label, statements in steps:
+                if version in done:
                     continue
-                for stmt in render(m, table=table, name=name, dim=dim, ann=ann):
+                for stmt in statements:
                     await conn.execute(stmt)
-                await conn.execute(sql.RECORD_VERSION.format(t=table), m.version, m.name)
-                applied_now.append(m.version)
+                await conn.execute(sql.RECORD_VERSION.format(t=table), version, label)
+                applied_now.append(version)
     except asyncpg.InsufficientPrivilegeError as e:
         raise PermissionError(
             f"cannot create or migrate {table}: {e}. The application role needs CREATE "
             "on the schema (see tulip_memory.store.postgres.provision_app_role)."
         ) from e
-    await _check_width(conn, table, dim)
     return applied_now
 
 

@@ -51,6 +51,29 @@ ON CONFLICT (tenant, ns, key) DO UPDATE SET
     updated_at = clock_timestamp(),
     version = m.version + 1"""
 
+# The pipeline's write: a row is only overwritten by an event at least as new as the
+# one that wrote it, so redeliveries and replays of older events never roll it back.
+UPSERT_FENCED = """
+INSERT INTO {t} AS m (tenant, ns, key, value, metadata, content, embedding, source_seq)
+SELECT $1, u.ns, u.key, u.value::jsonb, u.metadata::jsonb, u.content, u.embedding, $8::bigint
+FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::vector[])
+     AS u(ns, key, value, metadata, content, embedding)
+ON CONFLICT (tenant, ns, key) DO UPDATE SET
+    value = EXCLUDED.value,
+    metadata = EXCLUDED.metadata,
+    content = EXCLUDED.content,
+    embedding = EXCLUDED.embedding,
+    source_seq = EXCLUDED.source_seq,
+    updated_at = clock_timestamp(),
+    version = m.version + 1
+WHERE m.source_seq IS NULL OR m.source_seq <= EXCLUDED.source_seq"""
+
+# Keep the newest $3 rows of a namespace.
+PRUNE = """
+DELETE FROM {t} WHERE tenant = $1 AND ns = $2 AND key IN (
+    SELECT key FROM {t} WHERE tenant = $1 AND ns = $2
+    ORDER BY updated_at DESC, key OFFSET $3)"""
+
 GET = f"SELECT {COLS} FROM {{t}} WHERE tenant = $1 AND ns = $2 AND key = $3"
 
 GET_MANY = """
@@ -95,6 +118,19 @@ ORDER BY updated_at DESC, key"""
 SEARCH_RECENT = _MANY.format(inner=_RECENT_INNER)
 SEARCH_VECTOR = _MANY.format(inner=_VECTOR_INNER)
 SEARCH_SUBSTRING = _MANY.format(inner=_SUBSTRING_INNER)
+
+# One ranking over the rows of several namespaces of a tenant (a recall across types).
+SEARCH_ACROSS_VECTOR = f"""
+SELECT ns, {COLS}, (embedding <=> $4) AS distance FROM {{t}}
+WHERE tenant = $1 AND ns = ANY($2::text[])
+ORDER BY (embedding <=> $4) + 0 NULLS LAST, updated_at DESC, key
+LIMIT $3"""
+
+SEARCH_ACROSS_RECENT = f"""
+SELECT ns, {COLS}, NULL::float8 AS distance FROM {{t}}
+WHERE tenant = $1 AND ns = ANY($2::text[])
+ORDER BY updated_at DESC, key
+LIMIT $3"""
 
 SEARCH_BY_EMBEDDING = f"""
 SELECT {COLS}, (embedding <=> $3) AS distance FROM {{t}}

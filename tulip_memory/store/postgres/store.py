@@ -15,11 +15,11 @@ import json
 import logging
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import numpy as np
-from pgvector import Vector
 
 from tulip_memory.embeddings import BaseEmbedding, EmbeddingCache, HRREncoder
 from tulip_memory.embeddings.base import Vectors
@@ -28,6 +28,7 @@ from tulip_memory.store.base import BaseStore, BatchItem
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
 from tulip_memory.store.postgres import sql
 from tulip_memory.store.postgres.schema import ensure_schema
+from tulip_memory.store.postgres.writer import PgWriter, Prepared, PreparedBatch
 from tulip_memory.store.ranking import score_of, tenant_of
 from tulip_memory.store.validation import (
     NS_SEP,
@@ -235,37 +236,38 @@ class PgMemory(BaseStore):
     ) -> None:
         vec = np.asarray(validate_vector(embedding, self._vdim), dtype=np.float32)
         rows = [_prepare(namespace, key, value, metadata)]
-        await self._upsert(rows, [_nonzero(vec)])
+        batch = PreparedBatch(tenant_of([rows[0][0]], "put"), rows, [_nonzero(vec)])
+        async with self.transaction(batch.tenant) as tx:
+            await tx.write(batch)
 
     async def put_batch(self, items: list[BatchItem]) -> None:
         """All items in one transaction and one statement; a batch spans one tenant."""
         if not items:
             return
-        rows = _dedupe([_prepare(ns, k, v, md) for ns, k, v, md in items])
-        if self._encoder is None:
-            vectors: list[Vectors | None] = [None] * len(rows)
-        else:
-            encoded = await self._encoder.aembed([r[4] for r in rows])
-            vectors = [_nonzero(encoded[i]) for i in range(len(rows))]
-        await self._upsert(rows, vectors)
+        batch = await self.prepare(items)
+        async with self.transaction(batch.tenant) as tx:
+            await tx.write(batch)
 
-    async def _upsert(self, rows: list[_Prepared], vectors: list[Vectors | None]) -> None:
+    async def prepare(self, items: list[BatchItem]) -> PreparedBatch:
+        """Validate and encode writes (one embedder call) ahead of a transaction, so no
+        transaction is held open across a model call."""
+        if not items:
+            raise ValueError("prepare needs at least one item")
+        rows = _dedupe([_prepare(ns, k, v, md) for ns, k, v, md in items])
         tenant = tenant_of([r[0] for r in rows], "put_batch")
-        args = (
-            tenant,
-            [NS_SEP.join(r[0]) for r in rows],
-            [r[1] for r in rows],
-            [r[2] for r in rows],
-            [r[3] for r in rows],
-            [r[4] for r in rows],
-            # Vector objects, not ndarrays: asyncpg would read an ndarray element of
-            # a vector[] as one more array dimension.
-            [None if v is None else Vector(v) for v in vectors],
-        )
+        if self._encoder is None:
+            return PreparedBatch(tenant, rows, [None] * len(rows))
+        encoded = await self._encoder.aembed([r[4] for r in rows])
+        return PreparedBatch(tenant, rows, [_nonzero(encoded[i]) for i in range(len(rows))])
+
+    @asynccontextmanager
+    async def transaction(self, tenant: str) -> AsyncIterator[PgWriter]:
+        """One transaction pinned to ``tenant``: writes, prunes, and any statement of
+        the caller's (e.g. a ledger row) commit together or not at all."""
         pool = await self._get_pool()
         async with pool.acquire() as conn, conn.transaction():
             await self._pin(conn, tenant)
-            await conn.execute(self._sql["UPSERT"], *args)
+            yield PgWriter(conn, self._sql, tenant)
 
     async def delete(self, namespace: tuple[str, ...], key: str) -> bool:
         ns, k = validate_namespace(namespace), validate_key(key)
@@ -374,6 +376,31 @@ class PgMemory(BaseStore):
             out[i].append(_row_to_item(nss[i], r))
         return out
 
+    async def search_across(
+        self,
+        namespaces: Sequence[tuple[str, ...]],
+        query: str | None = None,
+        limit: int = 10,
+    ) -> list[SemanticSearchResult]:
+        """One ranking over the rows of several namespaces of one tenant, in one
+        statement: most similar first (most recent first without a query)."""
+        nss = [validate_namespace(ns) for ns in namespaces]
+        if not nss:
+            return []
+        tenant = tenant_of(nss, "search_across")
+        by_name = {NS_SEP.join(ns): ns for ns in nss}
+        qvec = await self._vector(tenant, query) if query else None
+        if qvec is None:
+            rows = await self._fetch(tenant, "SEARCH_ACROSS_RECENT", list(by_name), limit)
+        else:
+            rows = await self._fetch(tenant, "SEARCH_ACROSS_VECTOR", list(by_name), limit, qvec)
+        out = []
+        for r in rows:
+            dist = None if r["distance"] is None else float(r["distance"])
+            score = 0.0 if dist is None else score_of(dist)
+            out.append(SemanticSearchResult(_row_to_item(by_name[r["ns"]], r), score, dist))
+        return out
+
     async def search_by_embedding(
         self,
         namespace: tuple[str, ...],
@@ -405,10 +432,7 @@ class PgMemory(BaseStore):
             await pool.close()
 
 
-_Prepared = tuple[tuple[str, ...], str, str, str, str]
-
-
-def _prepare(namespace: Any, key: Any, value: Any, metadata: Any) -> _Prepared:
+def _prepare(namespace: Any, key: Any, value: Any, metadata: Any) -> Prepared:
     """Validate one write; ``(ns, key, value_json, metadata_json, content)``."""
     ns = validate_namespace(namespace)
     k = validate_key(key)
@@ -417,7 +441,7 @@ def _prepare(namespace: Any, key: Any, value: Any, metadata: Any) -> _Prepared:
     return ns, k, value_json, encode_json(md, "metadata"), content_of(value)
 
 
-def _dedupe(rows: list[_Prepared]) -> list[_Prepared]:
+def _dedupe(rows: list[Prepared]) -> list[Prepared]:
     """Last write of a (namespace, key) wins, as sequential puts would leave it."""
     last = {(r[0], r[1]): r for r in rows}
     return list(last.values())

@@ -1,0 +1,241 @@
+"""Versioned event envelopes: JSON on the wire, one validation path for everyone.
+
+The producer builds envelopes and :func:`encode` s them; workers :func:`decode`
+them. ``decode`` checks everything a worker relies on and raises :class:`EventError`
+with a reason naming the problem, so a malformed or unknown event is dead-lettered
+with that reason instead of crashing a worker or being half-applied.
+
+Wire shape (schema version 1)::
+
+    {"v": 1, "id": "<32 hex>", "type": "session.ended", "key": "<routing key>",
+     "seq": 7, "ts": 1764437000.25, "payload": {...}}               # inline, or
+    {..., "payload": null, "payload_ref": {"url": "...", "sha256": "...", "size": 123}}
+
+``key`` is the ordering key: the namespace (parts joined by ``\\x1f``) for
+``session.ended``, the thread id for ``checkpoint.saved``. ``seq`` is the key's
+sequence number, assigned at publish; per key, a higher seq was published later.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tulip_memory.errors import TulipMemoryError
+from tulip_memory.messages import Message
+from tulip_memory.store.validation import NS_SEP, validate_namespace
+
+SCHEMA_VERSION = 1
+SESSION_ENDED = "session.ended"
+CHECKPOINT_SAVED = "checkpoint.saved"
+EVENT_TYPES = frozenset({SESSION_ENDED, CHECKPOINT_SAVED})
+#: Celery task names the events are delivered to.
+TASKS = {SESSION_ENDED: "tulip.memory.extract", CHECKPOINT_SAVED: "tulip.memory.checkpoint"}
+MAX_KEY_CHARS = 2048
+
+
+class EventError(TulipMemoryError, ValueError):
+    """An event that cannot be applied; ``reason`` says why, ``event_id`` if known."""
+
+    def __init__(self, reason: str, event_id: str | None = None) -> None:
+        self.reason = reason
+        self.event_id = event_id
+        super().__init__(f"event {event_id or '?'}: {reason}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PayloadRef:
+    """Where a claim-checked payload lives, and how to know it is the right one."""
+
+    url: str
+    sha256: str
+    size: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "sha256": self.sha256, "size": self.size}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Envelope:
+    """One event. Build with :func:`session_ended`; ``seq`` is set at publish."""
+
+    type: str
+    key: str
+    payload: dict[str, Any] | None
+    payload_ref: PayloadRef | None = None
+    seq: int | None = None
+    ts: float = 0.0
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    v: int = SCHEMA_VERSION
+
+    def with_seq(self, seq: int) -> Envelope:
+        return replace(self, seq=seq)
+
+    def with_ref(self, ref: PayloadRef) -> Envelope:
+        return replace(self, payload=None, payload_ref=ref)
+
+    @property
+    def task(self) -> str:
+        return TASKS[self.type]
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "v": self.v,
+            "id": self.id,
+            "type": self.type,
+            "key": self.key,
+            "seq": self.seq,
+            "ts": self.ts,
+            "payload": self.payload,
+        }
+        if self.payload_ref is not None:
+            d["payload_ref"] = self.payload_ref.to_dict()
+        return d
+
+
+def namespace_key(namespace: tuple[str, ...]) -> str:
+    """The ordering key of a namespace."""
+    return NS_SEP.join(validate_namespace(namespace))
+
+
+def session_ended(
+    namespace: tuple[str, ...],
+    thread_id: str,
+    messages: list[Message] | list[dict[str, Any]],
+    metadata: Mapping[str, Any] | None = None,
+    *,
+    ts: float,
+) -> Envelope:
+    """A ``session.ended`` event, validated as a worker will validate it."""
+    payload = {
+        "namespace": list(validate_namespace(namespace)),
+        "thread_id": thread_id,
+        "messages": [m.to_dict() if isinstance(m, Message) else dict(m) for m in messages],
+        "metadata": dict(metadata or {}),
+    }
+    env = Envelope(type=SESSION_ENDED, key=namespace_key(namespace), payload=payload, ts=ts)
+    _check_payload(env.type, payload, env.id)
+    return env
+
+
+def encode(env: Envelope) -> str:
+    """The envelope as JSON text; raises :class:`EventError` if it is not valid."""
+    validate(env)
+    try:
+        return json.dumps(env.to_dict(), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise EventError(f"not JSON-serializable: {e}", env.id) from e
+
+
+def decode(text: str | bytes) -> Envelope:
+    """Parse and validate one event from the wire."""
+    try:
+        raw = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise EventError(f"not valid JSON: {e}") from e
+    if not isinstance(raw, dict):
+        raise EventError(f"an event must be a JSON object, got {type(raw).__name__}")
+    event_id = raw.get("id") if isinstance(raw.get("id"), str) else None
+    version = raw.get("v")
+    if version != SCHEMA_VERSION:
+        raise EventError(
+            f"unknown schema version {version!r} (this worker reads {SCHEMA_VERSION})", event_id
+        )
+    env = Envelope(
+        v=version,
+        id=_field(raw, "id", str, event_id),
+        type=_field(raw, "type", str, event_id),
+        key=_field(raw, "key", str, event_id),
+        seq=_field(raw, "seq", int, event_id),
+        ts=float(_field(raw, "ts", (int, float), event_id)),
+        payload=raw.get("payload"),
+        payload_ref=_ref(raw.get("payload_ref"), event_id),
+    )
+    validate(env)
+    return env
+
+
+def validate(env: Envelope) -> None:
+    """Every rule an envelope must satisfy, payload included when it is inline."""
+    if env.v != SCHEMA_VERSION:
+        raise EventError(f"unknown schema version {env.v!r}", env.id)
+    if len(env.id) != 32 or not all(c in "0123456789abcdef" for c in env.id):
+        raise EventError(f"id must be 32 lower-case hex digits, got {env.id!r}", env.id)
+    if env.type not in EVENT_TYPES:
+        raise EventError(f"unknown event type {env.type!r}", env.id)
+    if not env.key or len(env.key) > MAX_KEY_CHARS or "\x00" in env.key:
+        raise EventError(f"key must be 1..{MAX_KEY_CHARS} characters without NUL", env.id)
+    if env.seq is not None and (isinstance(env.seq, bool) or env.seq < 1):
+        raise EventError(f"seq must be a positive integer, got {env.seq!r}", env.id)
+    if not math.isfinite(env.ts) or env.ts < 0:
+        raise EventError(f"ts must be a finite epoch time, got {env.ts!r}", env.id)
+    if (env.payload is None) == (env.payload_ref is None):
+        raise EventError("exactly one of payload and payload_ref must be set", env.id)
+    if env.payload is not None:
+        _check_payload(env.type, env.payload, env.id)
+        if env.type == SESSION_ENDED and namespace_key(tuple(env.payload["namespace"])) != env.key:
+            raise EventError("key does not match the payload's namespace", env.id)
+
+
+def check_payload(env: Envelope, payload: Any) -> dict[str, Any]:
+    """Validate a payload fetched by claim-check against its envelope."""
+    _check_payload(env.type, payload, env.id)
+    return dict(payload)
+
+
+def _check_payload(kind: str, payload: Any, event_id: str) -> None:
+    if not isinstance(payload, dict):
+        raise EventError(f"payload must be an object, got {type(payload).__name__}", event_id)
+    if kind == SESSION_ENDED:
+        _check_session_ended(payload, event_id)
+
+
+def _check_session_ended(p: dict[str, Any], event_id: str) -> None:
+    ns = p.get("namespace")
+    if not isinstance(ns, list):
+        raise EventError("payload.namespace must be a list of strings", event_id)
+    try:
+        validate_namespace(tuple(ns))
+    except (TypeError, ValueError) as e:
+        raise EventError(f"payload.namespace: {e}", event_id) from e
+    if not isinstance(p.get("thread_id"), str) or not p["thread_id"]:
+        raise EventError("payload.thread_id must be a non-empty string", event_id)
+    msgs = p.get("messages")
+    if not isinstance(msgs, list):
+        raise EventError("payload.messages must be a list", event_id)
+    for i, m in enumerate(msgs):
+        try:
+            Message.from_dict(m)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise EventError(f"payload.messages[{i}] is not a message: {e!r}", event_id) from e
+    if not isinstance(p.get("metadata", {}), dict):
+        raise EventError("payload.metadata must be an object", event_id)
+
+
+def _field(raw: dict[str, Any], name: str, kind: Any, event_id: str | None) -> Any:
+    value = raw.get(name)
+    if name == "seq" and value is None:
+        return None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise EventError(f"field {name!r} is missing or has the wrong type: {value!r}", event_id)
+    return value
+
+
+def _ref(raw: Any, event_id: str | None) -> PayloadRef | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise EventError("payload_ref must be an object", event_id)
+    try:
+        return PayloadRef(url=str(raw["url"]), sha256=str(raw["sha256"]), size=int(raw["size"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise EventError(f"payload_ref is malformed: {e!r}", event_id) from e
+
+
+def decode_messages(payload: dict[str, Any]) -> list[Message]:
+    """The session's messages as :class:`Message` objects."""
+    return [Message.from_dict(m) for m in payload["messages"]]

@@ -1,0 +1,148 @@
+"""The extraction service without Celery: ledger, fencing, retries, dead letters."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from producer.events import Envelope, encode, session_ended
+from producer.reader import AsyncReader
+from tests.support.openai_server import FakeOpenAI, Reply
+from tests.support.services import Postgres
+from tulip_memory.embeddings import HashingEmbedder
+from tulip_memory.extract import LLMExtractorConfig
+from tulip_memory.messages import Message, Role
+from tulip_memory.store import PgMemory
+from workers.extraction import APPLIED, DEAD, DUPLICATE, ExtractionWorker
+from workers.extractors import LLMStep, heuristic
+from workers.retry import RetryPolicy
+
+FAST = RetryPolicy(attempts=3, base=0.01, cap=0.02)
+
+
+def event(ns: tuple[str, ...], *texts: str, seq: int = 1) -> Envelope:
+    msgs = [Message(role=Role.USER, content=t) for t in texts]
+    return session_ended(ns, "thread-1", msgs, ts=time.time()).with_seq(seq)
+
+
+@pytest.fixture
+async def store(pg_dsn: str) -> AsyncIterator[PgMemory]:
+    s = PgMemory(pg_dsn, embedder=HashingEmbedder(384))
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def reader(store: PgMemory) -> AsyncReader:
+    return AsyncReader(store)
+
+
+async def test_applies_once_and_recall_finds_it(
+    store: PgMemory, reader: AsyncReader, tenant: str
+) -> None:
+    worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
+    ns = (tenant, "users", "u1")
+    env = event(ns, "My favourite colour is green. I work as a nurse.")
+    assert (await reader.status(env.id)).state == "pending"
+    assert await worker.handle(encode(env)) == APPLIED
+    assert await worker.handle(encode(env)) == DUPLICATE
+    status = await reader.status(env.id)
+    assert status.state == "applied" and status.memories == 2
+    recalled = await reader.recall(ns, "favourite colour", limit=5)
+    assert "green" in recalled[0].content
+    item = await store.get_item((*ns, recalled[0].type.value), recalled[0].key)
+    assert item is not None and item.version == 1  # the redelivery wrote nothing
+
+
+async def test_an_older_event_never_overwrites_a_newer_fact(
+    store: PgMemory, reader: AsyncReader, tenant: str
+) -> None:
+    worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
+    ns = (tenant, "users", "u2")
+    newer = event(ns, "Actually, my favourite colour is green.", seq=2)
+    older = event(ns, "My favourite colour is blue.", seq=1)
+    assert await worker.handle(encode(newer)) == APPLIED
+    assert await worker.handle(encode(older)) == APPLIED  # late replay: recorded, fenced
+    recalled = await reader.recall(ns, "favourite colour")
+    assert "green" in recalled[0].content and "blue" not in recalled[0].content
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("not json", "not valid JSON"),
+        (json.dumps({"v": 99, "id": "a" * 32}), "unknown schema version 99"),
+        (json.dumps([1, 2]), "must be a JSON object"),
+    ],
+)
+async def test_malformed_events_become_dead_letters(
+    store: PgMemory, reader: AsyncReader, postgres: Postgres, body: str, reason: str
+) -> None:
+    worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
+    task_id = "b" * 24 + str(int(time.time() * 1e3))[-8:]
+    assert await worker.handle(body, task_id) == DEAD
+    event_id = "a" * 32 if '"id"' in body else task_id
+    status = await reader.status(event_id)
+    assert status.state == "dead" and reason in (status.reason or "")
+    conn = await asyncpg.connect(postgres.admin_dsn)
+    try:
+        row = await conn.fetchrow("SELECT * FROM tulip_dead_letters WHERE event_id = $1", event_id)
+    finally:
+        await conn.close()
+    assert row is not None and row["body"] == body and reason in row["reason"]
+
+
+async def test_model_rate_limits_are_retried_in_place(
+    store: PgMemory, reader: AsyncReader, fake_openai: FakeOpenAI, tenant: str
+) -> None:
+    answer = json.dumps(
+        [{"type": "user", "key": "favourite-drink", "content": "Drinks matcha every morning"}]
+    )
+    fake_openai.script_chat(
+        Reply(status=429, headers={"Retry-After": "0"}),
+        Reply(status=503),
+        Reply(content=answer),
+    )
+    config = LLMExtractorConfig(
+        model="openai/test-model", api_base=fake_openai.url, api_key="k", max_retries=0
+    )
+    worker = ExtractionWorker(store=store, extractor=LLMStep(config), retry=FAST)
+    ns = (tenant, "users", "u3")
+    env = event(ns, "I drink matcha every morning.")
+    assert await worker.handle(encode(env)) == APPLIED
+    assert [m.key for m in await reader.recall(ns, "drink")] == ["favourite-drink"]
+
+
+async def test_model_garbage_every_time_is_dead_lettered_and_the_shard_moves_on(
+    store: PgMemory, reader: AsyncReader, fake_openai: FakeOpenAI, tenant: str
+) -> None:
+    fake_openai.default_chat = lambda request: Reply(content="I am not JSON at all")
+    config = LLMExtractorConfig(
+        model="openai/test-model", api_base=fake_openai.url, api_key="k", max_retries=0
+    )
+    worker = ExtractionWorker(store=store, extractor=LLMStep(config), retry=FAST)
+    ns = (tenant, "users", "u4")
+    poison = event(ns, "hello", seq=1)
+    assert await worker.handle(encode(poison)) == DEAD
+    status = await reader.status(poison.id)
+    assert status.state == "dead" and "ExtractionError" in (status.reason or "")
+    good = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
+    assert await good.handle(encode(event(ns, "My pet name is Rex.", seq=2))) == APPLIED
+    assert await good.handle(encode(poison)) == DUPLICATE  # redelivery of a dead letter
+
+
+async def test_pruning_keeps_the_newest_memories_per_type(
+    store: PgMemory, reader: AsyncReader, tenant: str
+) -> None:
+    worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST, max_memories=2)
+    ns = (tenant, "users", "u5")
+    for seq, text in enumerate(
+        ["My favourite colour is red.", "My home city is Oslo.", "My pet name is Rex."], start=1
+    ):
+        assert await worker.handle(encode(event(ns, text, seq=seq))) == APPLIED
+    keys = await store.list_keys((*ns, "user"))
+    assert len(keys) == 2 and "favourite-colour" not in keys

@@ -1,0 +1,200 @@
+"""Apply one ``session.ended`` event: extract, embed, and write the memories together
+with the event's ledger row, exactly once, in order.
+
+The whole effect of an event (memory upserts fenced by its sequence number, pruning,
+the ledger row) commits in one transaction, so a redelivered event is a no-op and an
+older event never overwrites what a newer one wrote. Transient failures are retried
+here, in place, so later events of the namespace wait behind this one; an event that
+keeps failing, or is malformed, becomes a dead letter with its reason and the shard
+moves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from producer.events import (
+    Envelope,
+    EventError,
+    PayloadRef,
+    check_payload,
+    decode,
+    decode_messages,
+)
+from tulip_memory.ledger import EventLedger
+from tulip_memory.manager import Memory, MemoryType
+from tulip_memory.manager.block import strip_memory_blocks
+from tulip_memory.store import PgMemory
+from tulip_memory.store.validation import NS_SEP
+from workers.deadletters import UNKNOWN_TENANT, DeadLetter, DeadLetters
+from workers.extractors import Extractor
+from workers.retry import RetryPolicy, describe, is_permanent
+
+log = logging.getLogger(__name__)
+
+APPLIED, DUPLICATE, DEAD = "applied", "duplicate", "dead"
+TYPES = tuple(t.value for t in MemoryType)
+
+
+class ClaimStore(Protocol):
+    """Where claim-checked payloads are fetched from."""
+
+    def get(self, ref: PayloadRef) -> bytes: ...
+
+
+class _AlreadyApplied(Exception):
+    """Rolls back a transaction whose event the ledger already holds."""
+
+
+@dataclass
+class ExtractionWorker:
+    store: PgMemory
+    extractor: Extractor
+    claims: ClaimStore | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    max_memories: int = 50
+    ledger: EventLedger = field(default_factory=EventLedger)
+    dead_letters: DeadLetters = field(default_factory=DeadLetters)
+    _ready: bool = False
+
+    async def handle(self, body: str, task_id: str | None = None) -> str:
+        """Apply the event in ``body``; returns ``applied``, ``duplicate`` or ``dead``."""
+        await self._ensure()
+        try:
+            env = decode(body)
+        except EventError as e:
+            await self._dead(body, e.event_id or task_id or "unknown", e.reason, attempts=1)
+            return DEAD
+        if await self._done(env.id):
+            return DUPLICATE
+        for attempt in range(1, self.retry.attempts + 1):
+            try:
+                return await self._apply(env, attempt)
+            except Exception as e:
+                if is_permanent(e) or attempt == self.retry.attempts:
+                    await self._dead(body, env.id, describe(e), attempts=attempt, env=env)
+                    return DEAD
+                delay = self.retry.delay(attempt)
+                log.warning(
+                    "event %s attempt %d failed (%s); retry in %.2fs",
+                    env.id,
+                    attempt,
+                    describe(e),
+                    delay,
+                )
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def _ensure(self) -> None:
+        if self._ready:
+            return
+        async with self.store.transaction(UNKNOWN_TENANT) as tx:
+            await self.ledger.ensure(tx.conn)
+            await self.dead_letters.ensure(tx.conn)
+        self._ready = True
+
+    async def _done(self, event_id: str) -> bool:
+        async with self.store.transaction(UNKNOWN_TENANT) as tx:
+            entry = await self.ledger.get(tx.conn, event_id)
+        return entry is not None and entry.done
+
+    async def _apply(self, env: Envelope, attempt: int) -> str:
+        payload = await self._payload(env)
+        ns = tuple(payload["namespace"])
+        messages = strip_memory_blocks(decode_messages(payload))
+        existing = await self._existing(ns)
+        memories = await self.extractor(messages, existing)
+        items = [_item(ns, m, env, payload["thread_id"]) for m in memories]
+        batch = await self.store.prepare(items) if items else None
+        try:
+            async with self.store.transaction(ns[0]) as tx:
+                claimed = await self.ledger.claim(
+                    tx.conn,
+                    event_id=env.id,
+                    type=env.type,
+                    key=env.key,
+                    seq=env.seq,
+                    attempts=attempt,
+                    memories=len(items),
+                )
+                if not claimed:
+                    raise _AlreadyApplied
+                if batch is not None:
+                    await tx.write(batch, source_seq=env.seq)
+                for kind in {m.type.value for m in memories}:
+                    await tx.prune((*ns, kind), self.max_memories)
+        except _AlreadyApplied:
+            return DUPLICATE
+        return APPLIED
+
+    async def _payload(self, env: Envelope) -> dict[str, Any]:
+        if env.payload is not None:
+            return env.payload
+        if self.claims is None or env.payload_ref is None:
+            raise EventError(
+                "payload is claim-checked but no claim-check store is configured", env.id
+            )
+        raw = await asyncio.to_thread(self.claims.get, env.payload_ref)
+        try:
+            return check_payload(env, json.loads(raw))
+        except ValueError as e:
+            raise EventError(f"claim-checked payload is not valid JSON: {e}", env.id) from e
+
+    async def _existing(self, ns: tuple[str, ...]) -> list[Memory]:
+        found = await self.store.search_many([(*ns, t) for t in TYPES], None, self.max_memories)
+        out = []
+        for items in found:
+            for item in items:
+                try:
+                    out.append(Memory.from_store_value(item.value))
+                except (KeyError, TypeError, ValueError):
+                    continue  # a row written outside the pipeline, not a memory
+        return out
+
+    async def _dead(
+        self, body: str, event_id: str, reason: str, *, attempts: int, env: Envelope | None = None
+    ) -> None:
+        tenant = env.key.split(NS_SEP)[0] if env is not None else UNKNOWN_TENANT
+        log.error("event %s is a dead letter: %s", event_id, reason)
+        letter = DeadLetter(
+            event_id=event_id,
+            tenant=tenant,
+            type=env.type if env else None,
+            key=env.key if env else None,
+            seq=env.seq if env else None,
+            reason=reason,
+            body=body,
+            attempts=attempts,
+            failed_at=datetime.now(UTC),
+            replayed_at=None,
+        )
+        async with self.store.transaction(tenant) as tx:
+            await self.dead_letters.put(tx.conn, letter)
+            await self.ledger.record_dead(
+                tx.conn,
+                event_id=event_id,
+                type=letter.type or "unknown",
+                key=letter.key or "",
+                seq=letter.seq,
+                reason=reason,
+                attempts=attempts,
+            )
+
+
+def _item(
+    ns: tuple[str, ...], memory: Memory, env: Envelope, thread_id: str
+) -> tuple[tuple[str, ...], str, Any, dict[str, Any] | None]:
+    value = memory.to_store_value()
+    value["metadata"] = {
+        **value["metadata"],
+        "updated_at": datetime.fromtimestamp(env.ts, UTC).isoformat(),
+        "source_event": env.id,
+        "source_seq": env.seq,
+        "thread_id": thread_id,
+    }
+    return (*ns, memory.type.value), memory.key, value, None

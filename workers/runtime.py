@@ -1,0 +1,89 @@
+"""Per-process resources of a worker, built once from the environment.
+
+Celery task bodies are synchronous; the services are async. Each worker process owns
+one :class:`~tulip_memory._portal.Portal` (an event loop thread) that its
+connection pools live on, and every task runs its coroutine there.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from tulip_memory._portal import Portal
+from tulip_memory.config import store_from_env
+from workers.extraction import ExtractionWorker
+from workers.extractors import extractor_from_env
+from workers.retry import RetryPolicy
+
+T = TypeVar("T")
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name, str(default))
+    try:
+        value = int(raw)
+    except ValueError as e:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from e
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+class WorkerRuntime:
+    def __init__(self) -> None:
+        self.portal = Portal("tulip-worker")
+        self._extraction: ExtractionWorker | None = None
+        self._lock = threading.Lock()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.portal.call(coro)
+
+    def extraction(self) -> ExtractionWorker:
+        with self._lock:
+            if self._extraction is None:
+                self._extraction = ExtractionWorker(
+                    store=store_from_env(),
+                    extractor=extractor_from_env(_llm_slot()),
+                    claims=_claims_from_env(),
+                    retry=RetryPolicy(attempts=_int("TULIP_EXTRACT_ATTEMPTS", 4)),
+                    max_memories=_int("TULIP_MAX_MEMORIES", 50),
+                )
+            return self._extraction
+
+
+def _claims_from_env() -> Any:
+    from producer.claimcheck import ClaimCheckStore
+
+    url = os.environ.get("TULIP_CLAIM_CHECK_URL") or os.environ.get("TULIP_CHECKPOINT_URL")
+    return ClaimCheckStore.from_url(url) if url else None
+
+
+def _llm_slot() -> Any:
+    """A slot of the cross-worker LLM semaphore, when Redis is configured."""
+    if not os.environ.get("TULIP_REDIS_URL") and not os.environ.get("TULIP_BROKER_URL"):
+        return None
+    from workers.semaphore import semaphore_from_env
+
+    sem = semaphore_from_env("llm")
+    return lambda: sem.aslot()
+
+
+_runtime: WorkerRuntime | None = None
+_runtime_lock = threading.Lock()
+
+
+def runtime() -> WorkerRuntime:
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            _runtime = WorkerRuntime()
+        return _runtime
+
+
+def reset_after_fork() -> None:
+    """A forked child must not reuse its parent's loop thread or pools."""
+    global _runtime
+    _runtime = None

@@ -1,0 +1,23 @@
+"""Celery task bodies: decode nothing, decide nothing; call the services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery.signals import worker_process_init
+
+from producer.events import SESSION_ENDED, TASKS
+from workers.app import app
+from workers.runtime import reset_after_fork, runtime
+
+
+@app.task(name=TASKS[SESSION_ENDED], bind=True)  # type: ignore[untyped-decorator]
+def extract(self: Any, body: str) -> str:
+    """Apply one ``session.ended`` event (ordered shard queue, solo worker)."""
+    rt = runtime()
+    return rt.run(rt.extraction().handle(body, self.request.id))
+
+
+@worker_process_init.connect  # type: ignore[untyped-decorator]
+def _fresh_runtime(**_: Any) -> None:
+    reset_after_fork()
