@@ -45,10 +45,3 @@ class LLMStep:
             async with self._slot():
                 result = await self._extractor.extract(messages, existing=existing)
         return list(result.memories)
-
-
-def extractor_from_env(slot: SlotFactory | None = None) -> Extractor:
-    config = LLMExtractorConfig.from_env()
-    if config is None:
-        return heuristic
-    return LLMStep(config, slot)

@@ -14,8 +14,9 @@ from typing import Any, TypeVar
 
 from tulip_memory._portal import Portal
 from tulip_memory.config import store_from_env
+from tulip_memory.extract import LLMExtractorConfig
 from workers.extraction import ExtractionWorker
-from workers.extractors import extractor_from_env
+from workers.extractors import Extractor, LLMStep, heuristic
 from workers.retry import RetryPolicy
 
 T = TypeVar("T")
@@ -46,7 +47,7 @@ class WorkerRuntime:
             if self._extraction is None:
                 self._extraction = ExtractionWorker(
                     store=store_from_env(),
-                    extractor=extractor_from_env(_llm_slot()),
+                    extractor=_extractor_from_env(),
                     claims=_claims_from_env(),
                     retry=RetryPolicy(attempts=_int("TULIP_EXTRACT_ATTEMPTS", 4)),
                     max_memories=_int("TULIP_MAX_MEMORIES", 50),
@@ -61,14 +62,16 @@ def _claims_from_env() -> Any:
     return ClaimCheckStore.from_url(url) if url else None
 
 
-def _llm_slot() -> Any:
-    """A slot of the cross-worker LLM semaphore, when Redis is configured."""
-    if not os.environ.get("TULIP_REDIS_URL") and not os.environ.get("TULIP_BROKER_URL"):
-        return None
+def _extractor_from_env() -> Extractor:
+    """The LLM extractor when ``TULIP_EXTRACT_MODEL`` is set, each call holding a slot
+    of the cross-worker LLM semaphore; else the offline heuristic."""
+    config = LLMExtractorConfig.from_env()
+    if config is None:
+        return heuristic
     from workers.semaphore import semaphore_from_env
 
     sem = semaphore_from_env("llm")
-    return lambda: sem.aslot()
+    return LLMStep(config, lambda: sem.aslot())
 
 
 _runtime: WorkerRuntime | None = None

@@ -1,0 +1,132 @@
+"""Real ``celery worker`` processes for tests that need faults: kill, restart, order.
+
+Each worker is a single-process (``-P solo``) consumer of the queues it is given,
+as in production; its output goes to a log file the test can read. Every process
+started here is killed at fixture teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class WorkerProcess:
+    name: str
+    queues: list[str]
+    env: dict[str, str]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    _out: object = field(default=None, repr=False)
+
+    def start(self, ready_timeout: float = 60.0) -> WorkerProcess:
+        out = open(self.log, "ab")  # noqa: SIM115 - closed in stop()
+        self._out = out
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "workers.app",
+                "worker",
+                "-P",
+                "solo",
+                "-Q",
+                ",".join(self.queues),
+                "-n",
+                f"{self.name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-l",
+                "INFO",
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        self._wait_ready(ready_timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"worker {self.name} exited:\n{self.output()}")
+            if " ready." in self.output():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"worker {self.name} not ready after {timeout}s:\n{self.output()}")
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no ack, exactly like a crashed host."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self._close()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Warm shutdown (SIGTERM), SIGKILL if it does not stop in time."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._close()
+
+    def _close(self) -> None:
+        if self._out is not None:
+            self._out.close()  # type: ignore[attr-defined]
+            self._out = None
+
+
+@dataclass
+class WorkerFactory:
+    env: dict[str, str]
+    tmp: Path
+    started: list[WorkerProcess] = field(default_factory=list)
+
+    def start(self, name: str, queues: list[str], **env: str) -> WorkerProcess:
+        w = WorkerProcess(name, queues, {**self.env, **env}, self.tmp / f"{name}.log")
+        self.started.append(w)
+        return w.start()
+
+    def stop_all(self) -> None:
+        for w in self.started:
+            w.stop(timeout=10)
+
+
+def worker_env(**settings: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TULIP_")}
+    env.update(settings)
+    env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[WorkerFactory]:
+    """Start workers with ``workers.start(name, queues, **env)``; all stopped after."""
+    factory = WorkerFactory(worker_env(), tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.stop_all()
