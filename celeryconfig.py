@@ -61,7 +61,6 @@ task_create_missing_queues = False
 
 task_acks_late = True
 task_reject_on_worker_lost = True
-task_acks_on_failure_or_timeout = True
 worker_prefetch_multiplier = 1
 task_time_limit = TASK_TIME_LIMIT
 broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT}

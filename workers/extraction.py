@@ -62,6 +62,20 @@ class ExtractionWorker:
     dead_letters: DeadLetters = field(default_factory=DeadLetters)
     _ready: bool = False
 
+    async def handle_durably(self, body: str, task_id: str | None = None) -> str:
+        """:meth:`handle` until it returns. An error escaping it means the database
+        itself is unreachable (events that fail are dead-lettered inside), so the
+        shard waits here, in place, rather than acking or re-queueing the event."""
+        attempt = 0
+        while True:
+            try:
+                return await self.handle(body, task_id)
+            except Exception as e:
+                attempt += 1
+                delay = self.retry.delay(min(attempt, 8))
+                log.error("cannot process event (%s); retry in %.1fs", describe(e), delay)
+                await asyncio.sleep(delay)
+
     async def handle(self, body: str, task_id: str | None = None) -> str:
         """Apply the event in ``body``; returns ``applied``, ``duplicate`` or ``dead``."""
         await self._ensure()

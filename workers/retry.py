@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from producer.events import EventError
 
+_rng = random.Random()
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -23,8 +25,8 @@ class RetryPolicy:
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Exponential backoff with equal jitter before attempt ``attempt + 1``."""
         backoff = min(self.cap, self.base * 2 ** (attempt - 1))
-        jitter: float = (rng or random).uniform(0, backoff / 2)
-        return backoff / 2 + jitter
+        source: random.Random = rng or _rng
+        return float(backoff / 2 + source.uniform(0, backoff / 2))
 
 
 def is_permanent(error: BaseException) -> bool:

@@ -15,7 +15,7 @@ from workers.runtime import reset_after_fork, runtime
 def extract(self: Any, body: str) -> str:
     """Apply one ``session.ended`` event (ordered shard queue, solo worker)."""
     rt = runtime()
-    return rt.run(rt.extraction().handle(body, self.request.id))
+    return rt.run(rt.extraction().handle_durably(body, self.request.id))
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

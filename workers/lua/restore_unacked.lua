@@ -1,0 +1,38 @@
+-- Move unacknowledged messages of a dead consumer back to the head of their queues.
+--
+-- kombu's Redis transport publishes with LPUSH and consumes with BRPOP/RPOP, so the
+-- head (the end consumed next) is the RIGHT end of the list: RPUSH puts a message
+-- there. Moves arrive oldest first and must be consumed oldest first, so they are
+-- pushed newest first.
+--
+-- KEYS[1]    kombu's unacked hash   (tag -> JSON [payload, exchange, routing_key])
+-- KEYS[2]    kombu's unacked index  (sorted set: tag -> delivery time)
+-- KEYS[2+i]  the list that move i pushes to
+-- ARGV       three values per move i: tag, the hash entry exactly as read (a guard:
+--            if kombu acked or restored it meanwhile, the move is skipped), payload
+--
+-- Returns how many messages (distinct tags) were moved.
+local moves = #KEYS - 2
+local live = {}
+for i = 1, moves do
+  local tag = ARGV[3 * i - 2]
+  if live[tag] == nil then
+    live[tag] = redis.call('HGET', KEYS[1], tag) == ARGV[3 * i - 1]
+  end
+end
+
+for i = moves, 1, -1 do
+  if live[ARGV[3 * i - 2]] then
+    redis.call('RPUSH', KEYS[2 + i], ARGV[3 * i])
+  end
+end
+
+local moved = 0
+for tag, ok in pairs(live) do
+  if ok then
+    redis.call('HDEL', KEYS[1], tag)
+    redis.call('ZREM', KEYS[2], tag)
+    moved = moved + 1
+  end
+end
+return moved

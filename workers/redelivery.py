@@ -1,0 +1,170 @@
+"""Ordered queues on Redis survive a killed worker: its unacked messages go back first.
+
+With ``acks_late`` on kombu's Redis transport, a delivered message sits in the
+``unacked`` hash (plus the ``unacked_index`` sorted set) until it is acked. If the
+worker is SIGKILLed mid-task, kombu puts the message back only after the visibility
+timeout (hours here), while the restarted shard worker goes on with the *later*
+messages of the same queue: order per namespace (invariant 1) breaks.
+
+Every shard queue has exactly one consumer, so when a shard worker starts, anything
+still unacked for its queues belongs to a dead predecessor. :func:`restore_unacked`
+moves those messages back to the head of their queues, oldest first, atomically
+(``lua/restore_unacked.lua``), before the worker consumes anything; :func:`install`
+wires that into Celery's worker start-up (``celeryd_after_setup``, which
+``Worker.on_start`` sends before the blueprint starts the consumer).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import redis
+from celery import Celery, signals
+from celery.exceptions import WorkerShutdown
+from kombu.transport import redis as kombu_redis
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import dumps, loads
+
+#: Queues whose order matters; only these are restored (one consumer each).
+ORDERED_QUEUE_PREFIXES = ("memory.extract.", "memory.checkpoint.")
+_EXIT_FAILURE = 1
+#: What redis-py returns for a key or value: bytes (kombu never decodes responses).
+_Raw = bytes | str
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Move:
+    """One unacked message going back to one queue list."""
+
+    tag: _Raw
+    entry: _Raw  # the hash value as read: the script moves it only if unchanged
+    queue_key: str
+    payload: str
+
+
+def restore_unacked(connection_or_channel: Any, queues: Iterable[str]) -> int:
+    """Move every unacked message of ``queues`` back to the head of its queue.
+
+    Takes a kombu ``Connection`` or Redis ``Channel``. Messages go back oldest first
+    (by kombu's delivery time), marked redelivered like kombu's own restore does, and
+    leave kombu's unacked hash and index in the same atomic step. Messages that could
+    also belong to a queue not in ``queues`` are left alone. Returns how many moved.
+
+    Only safe when nobody else consumes ``queues`` right now (true of a shard worker
+    at start-up): a live consumer's in-flight message would be delivered twice.
+    """
+    channel = _redis_channel(connection_or_channel)
+    if not channel.ack_emulation:
+        return 0
+    client = redis.Redis(connection_pool=channel.pool)
+    prefix = channel.global_keyprefix
+    hash_key, index_key = prefix + channel.unacked_key, prefix + channel.unacked_index_key
+    entries = _unacked_oldest_first(client, hash_key, index_key)
+    moves = _plan(channel, entries, frozenset(queues))
+    if not moves:
+        return 0
+    script = client.register_script(_lua("restore_unacked.lua"))
+    keys = [hash_key, index_key, *(move.queue_key for move in moves)]
+    args = [value for move in moves for value in (move.tag, move.entry, move.payload)]
+    return int(script(keys=keys, args=args))
+
+
+def ordered_queues(names: Iterable[str]) -> list[str]:
+    """The shard queues among ``names`` (``memory.extract.*``, ``memory.checkpoint.*``)."""
+    return sorted(name for name in names if name.startswith(ORDERED_QUEUE_PREFIXES))
+
+
+def restore_for_worker(app: Celery, queue_names: Iterable[str]) -> int:
+    """Restore the unacked messages of a starting worker's shard queues (Redis only).
+
+    A failure stops the worker (``WorkerShutdown``): consuming without the restore
+    would break the order this exists to keep.
+    """
+    queues = ordered_queues(queue_names)
+    if not queues:
+        return 0
+    with app.connection_for_write() as connection:
+        if connection.transport.driver_type != "redis":
+            return 0
+        try:
+            connection.ensure_connection(max_retries=app.conf.broker_connection_max_retries)
+            restored = restore_unacked(connection, queues)
+        except Exception as e:
+            logger.critical("could not restore unacked messages of %s", queues, exc_info=True)
+            raise WorkerShutdown(_EXIT_FAILURE) from e
+    if restored:
+        logger.warning("restored %d unacked message(s) to the head of %s", restored, queues)
+    return restored
+
+
+def install(app: Celery) -> None:
+    """Before each worker of ``app`` consumes, restore its shard queues' unacked messages."""
+
+    def restore_before_consuming(instance: Any = None, **_: Any) -> None:
+        if instance is not None and instance.app is app:
+            restore_for_worker(app, instance.app.amqp.queues.consume_from)
+
+    signals.celeryd_after_setup.connect(
+        restore_before_consuming, weak=False, dispatch_uid=f"tulip-redelivery-{id(app)}"
+    )
+
+
+def _redis_channel(connection_or_channel: Any) -> Any:
+    channel = getattr(connection_or_channel, "default_channel", connection_or_channel)
+    if not isinstance(channel, kombu_redis.Channel):
+        raise TypeError(f"needs kombu's Redis transport, got {type(channel).__name__}")
+    return channel
+
+
+def _unacked_oldest_first(
+    client: redis.Redis, hash_key: str, index_key: str
+) -> list[tuple[_Raw, _Raw]]:
+    entries = client.hgetall(hash_key)
+    index = cast(list[tuple[_Raw, float]], client.zrange(index_key, 0, -1, withscores=True))
+    delivered = dict(index)
+    # An entry missing from the index (never expected) goes last rather than nowhere.
+    return sorted(entries.items(), key=lambda item: (delivered.get(item[0], math.inf), item[0]))
+
+
+def _plan(channel: Any, entries: list[tuple[_Raw, _Raw]], wanted: frozenset[str]) -> list[_Move]:
+    routes: dict[tuple[str, str], list[str]] = {}
+    moves: list[_Move] = []
+    for tag, entry in entries:
+        payload, exchange, routing_key = loads(bytes_to_str(entry))
+        route = (exchange, routing_key)
+        if route not in routes:
+            routes[route] = _own_queues(channel, exchange, routing_key, wanted)
+        redelivered = _mark_redelivered(payload)
+        moves += [
+            _Move(tag, entry, _queue_key(channel, q, payload), redelivered) for q in routes[route]
+        ]
+    return moves
+
+
+def _own_queues(channel: Any, exchange: str, routing_key: str, wanted: frozenset[str]) -> list[str]:
+    """Where kombu's own restore would put the message, if all of it is ours."""
+    queues = [str(queue) for queue in channel._lookup(exchange, routing_key)]
+    return queues if queues and wanted.issuperset(queues) else []
+
+
+def _queue_key(channel: Any, queue: str, payload: dict[str, Any]) -> str:
+    priority = channel._get_message_priority(payload, reverse=False)
+    return str(channel.global_keyprefix + channel._q_for_pri(queue, priority))
+
+
+def _mark_redelivered(payload: dict[str, Any]) -> str:
+    """The payload as kombu's ``_do_restore_message`` re-queues it."""
+    payload.get("headers", {})["redelivered"] = True
+    payload.get("properties", {}).get("delivery_info", {})["redelivered"] = True
+    return str(dumps(payload))
+
+
+def _lua(name: str) -> str:
+    return (Path(__file__).parent / "lua" / name).read_text(encoding="utf-8")
