@@ -10,6 +10,7 @@ worker holds one message at a time.
 from __future__ import annotations
 
 import os
+from urllib.parse import parse_qs, urlsplit
 
 from kombu import Exchange, Queue
 
@@ -31,7 +32,17 @@ CHECKPOINT_SHARDS = _int_env("TULIP_CHECKPOINT_SHARDS", 4)
 VISIBILITY_TIMEOUT = _int_env("TULIP_VISIBILITY_TIMEOUT", 2 * 60 * 60)
 TASK_TIME_LIMIT = _int_env("TULIP_TASK_TIME_LIMIT", 30 * 60)
 
-broker_url = os.environ.get("TULIP_BROKER_URL", "redis://127.0.0.1:6379/0")
+def _kombu_url(url: str) -> str:
+    """redis-py's ``unix://path?db=N`` (what ``tulip-memory dev`` writes) as kombu
+    spells it. Kept here because this module imports nothing of ours."""
+    parts = urlsplit(url)
+    if parts.scheme != "unix":
+        return url
+    db = parse_qs(parts.query).get("db", [""])[0]
+    return f"redis+socket://{parts.path}" + (f"?virtual_host={db}" if db else "")
+
+
+broker_url = _kombu_url(os.environ.get("TULIP_BROKER_URL", "redis://127.0.0.1:6379/0"))
 _rabbit = broker_url.startswith(("amqp", "pyamqp"))
 
 exchange = Exchange("memory", type="direct", durable=True)

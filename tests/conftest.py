@@ -14,7 +14,7 @@ import pytest
 from tests.support import services
 from tulip_memory.store import BaseStore, InMemoryStore, PgMemory
 
-pytest_plugins = ["tests.support.fixtures_openai"]
+pytest_plugins = ["tests.support.fixtures_openai", "tests.support.workers"]
 
 
 @pytest.fixture(scope="session")

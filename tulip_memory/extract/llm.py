@@ -86,9 +86,20 @@ class LLMExtractorConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> LLMExtractorConfig | None:
-        """From ``TULIP_EXTRACT_MODEL``; ``None`` when unset (use the offline heuristic)."""
-        model = (os.environ if env is None else env).get("TULIP_EXTRACT_MODEL", "").strip()
-        return cls(model=model) if model else None
+        """From ``TULIP_EXTRACT_MODEL`` (and ``TULIP_EXTRACT_API_BASE``,
+        ``TULIP_EXTRACT_API_KEY``, ``TULIP_EXTRACT_TIMEOUT``); ``None`` when the model
+        is unset (use the offline heuristic)."""
+        e = os.environ if env is None else env
+        model = e.get("TULIP_EXTRACT_MODEL", "").strip()
+        if not model:
+            return None
+        timeout = e.get("TULIP_EXTRACT_TIMEOUT", "").strip()
+        return cls(
+            model=model,
+            api_base=e.get("TULIP_EXTRACT_API_BASE") or None,
+            api_key=e.get("TULIP_EXTRACT_API_KEY") or None,
+            timeout=float(timeout) if timeout else 30.0,
+        )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,91 @@
+"""A broker of the pipeline tests' own, and the settings their workers run with."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from producer import Producer
+from producer.reader import Reader
+from tests.support.services import Postgres
+from tests.support.workers import WorkerFactory
+from tulip_memory.dev.embedded import EmbeddedRedis
+from tulip_memory.store import PgMemory
+
+SHARDS = 2
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    """A Redis for this module's broker: queues start empty, nothing leaks across."""
+    server = EmbeddedRedis(tmp_path_factory.mktemp("broker")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class Pipeline:
+    broker_url: str
+    database_url: str
+    admin_url: str
+    table: str
+    spool: Path
+    workers: WorkerFactory
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {
+            "TULIP_BROKER_URL": self.broker_url,
+            "TULIP_REDIS_URL": self.broker_url,
+            "TULIP_DATABASE_URL": self.database_url,
+            "TULIP_MEMORY_TABLE": self.table,
+            "TULIP_EXTRACT_SHARDS": str(SHARDS),
+            "TULIP_EXTRACT_ATTEMPTS": "3",
+            **extra,
+        }
+
+    def start_shards(self, **extra: str) -> None:
+        for k in range(SHARDS):
+            self.start_shard(k, **extra)
+
+    def start_shard(self, k: int, **extra: str) -> None:
+        self.workers.start(f"extract-{k}", [f"memory.extract.{k}"], **self.env(**extra))
+
+    def producer(self) -> Producer:
+        return Producer.from_urls(
+            self.broker_url, self.broker_url, spool_dir=self.spool, extract_shards=SHARDS
+        )
+
+    def reader(self) -> Reader:
+        return Reader(PgMemory(self.database_url, table=self.table, embedder=_embedder()))
+
+    def wait_applied(self, reader: Reader, ids: list[str], timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        pending = list(ids)
+        while pending and time.monotonic() < deadline:
+            pending = [e for e in pending if reader.status(e).state == "pending"]
+            if pending:
+                time.sleep(0.2)
+        assert not pending, f"{len(pending)} events never applied: {pending[:3]}"
+
+
+def _embedder() -> object:
+    from tulip_memory.embeddings import HashingEmbedder
+
+    return HashingEmbedder(384)
+
+
+@pytest.fixture
+def pipeline(
+    broker: EmbeddedRedis, postgres: Postgres, workers: WorkerFactory, tmp_path: Path
+) -> Pipeline:
+    table = f"pipe_{uuid.uuid4().hex[:8]}"
+    return Pipeline(
+        broker.url, postgres.app_dsn, postgres.admin_dsn, table, tmp_path / "spool", workers
+    )
