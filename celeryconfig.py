@@ -32,6 +32,7 @@ CHECKPOINT_SHARDS = _int_env("TULIP_CHECKPOINT_SHARDS", 4)
 VISIBILITY_TIMEOUT = _int_env("TULIP_VISIBILITY_TIMEOUT", 2 * 60 * 60)
 TASK_TIME_LIMIT = _int_env("TULIP_TASK_TIME_LIMIT", 30 * 60)
 
+
 def _kombu_url(url: str) -> str:
     """redis-py's ``unix://path?db=N`` (what ``tulip-memory dev`` writes) as kombu
     spells it. Kept here because this module imports nothing of ours."""

@@ -56,10 +56,12 @@ class WorkerRuntime:
 
 
 def _claims_from_env() -> Any:
+    """The producer's claim-check store: the same settings resolve the same root."""
     from producer.claimcheck import ClaimCheckStore
+    from producer.settings import ProducerSettings
 
-    url = os.environ.get("TULIP_CLAIM_CHECK_URL") or os.environ.get("TULIP_CHECKPOINT_URL")
-    return ClaimCheckStore.from_url(url) if url else None
+    settings = ProducerSettings.from_env()
+    return ClaimCheckStore.from_url(settings.claim_check_url, endpoint_url=settings.s3_endpoint_url)
 
 
 def _extractor_from_env() -> Extractor:

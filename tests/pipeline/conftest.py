@@ -15,6 +15,7 @@ from producer.reader import Reader
 from tests.support.services import Postgres
 from tests.support.workers import WorkerFactory
 from tulip_memory.dev.embedded import EmbeddedRedis
+from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.store import PgMemory
 
 SHARDS = 2
@@ -75,9 +76,7 @@ class Pipeline:
         assert not pending, f"{len(pending)} events never applied: {pending[:3]}"
 
 
-def _embedder() -> object:
-    from tulip_memory.embeddings import HashingEmbedder
-
+def _embedder() -> HashingEmbedder:
     return HashingEmbedder(384)
 
 

@@ -18,7 +18,7 @@ def user(text: str) -> list[Message]:
 
 def test_interleaved_corrections_apply_in_order_per_namespace(pipeline: Pipeline) -> None:
     rng = random.Random(5)
-    namespaces = [(f"tenant{i % 5}", "users", f"u{i}") for i in range(50)]
+    namespaces: list[tuple[str, ...]] = [(f"tenant{i % 5}", "users", f"u{i}") for i in range(50)]
     sessions: dict[tuple[str, ...], list[str]] = {}
     for ns in namespaces:
         c1, c2, c3 = rng.sample(COLOURS, 3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -22,6 +23,7 @@ from workers.extractors import LLMStep, heuristic
 from workers.retry import RetryPolicy
 
 FAST = RetryPolicy(attempts=3, base=0.01, cap=0.02)
+TABLE = f"extraction_{uuid.uuid4().hex[:8]}"  # 384-wide: a table of this module's own
 
 
 def event(ns: tuple[str, ...], *texts: str, seq: int = 1) -> Envelope:
@@ -31,7 +33,7 @@ def event(ns: tuple[str, ...], *texts: str, seq: int = 1) -> Envelope:
 
 @pytest.fixture
 async def store(pg_dsn: str) -> AsyncIterator[PgMemory]:
-    s = PgMemory(pg_dsn, embedder=HashingEmbedder(384))
+    s = PgMemory(pg_dsn, table=TABLE, embedder=HashingEmbedder(384))
     yield s
     await s.close()
 

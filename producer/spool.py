@@ -1,0 +1,113 @@
+"""A durable local FIFO for events the broker could not take yet.
+
+One SQLite file in the spool directory, in WAL mode with ``synchronous=FULL``: an
+append has reached the disk when it returns, so a spooled event survives a crash of
+the process or the machine. Rows come back in append order (autoincrement ids are
+never reused). Threads share one connection behind a lock; processes sharing the
+directory are kept apart by SQLite's own file locking, and :meth:`Spool.draining`
+lets only one of them drain at a time.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+DB_FILE = "spool.sqlite3"
+LOCK_FILE = "spool.drain.lock"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS spool (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    envelope TEXT NOT NULL,
+    enqueued_at REAL NOT NULL
+)
+"""
+_APPEND = "INSERT INTO spool (envelope, enqueued_at) VALUES (?, ?)"
+_PEEK = "SELECT id, envelope, enqueued_at FROM spool ORDER BY id LIMIT ?"
+_REMOVE = "DELETE FROM spool WHERE id = ?"
+_COUNT = "SELECT count(*) FROM spool"
+_ANY = "SELECT EXISTS (SELECT 1 FROM spool)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpooledEvent:
+    """One spooled row: its position, the encoded envelope, and when it was spooled."""
+
+    id: int
+    envelope: str
+    enqueued_at: float
+
+
+class Spool:
+    """The FIFO under ``directory`` (created if missing)."""
+
+    def __init__(self, directory: Path, *, busy_timeout: float = 30.0) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(
+            self.directory / DB_FILE,
+            timeout=busy_timeout,
+            isolation_level=None,  # autocommit: every statement is its own transaction
+            check_same_thread=False,
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(_SCHEMA)
+
+    def append(self, envelope: str) -> int:
+        """Add one encoded envelope at the tail; returns its row id once it is on disk."""
+        with self._lock:
+            cursor = self._db.execute(_APPEND, (envelope, time.time()))
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    def peek(self, n: int = 100) -> list[SpooledEvent]:
+        """Up to ``n`` rows from the head, oldest first, without removing them."""
+        with self._lock:
+            rows = self._db.execute(_PEEK, (n,)).fetchall()
+        return [SpooledEvent(id=r[0], envelope=r[1], enqueued_at=r[2]) for r in rows]
+
+    def remove(self, row_id: int) -> None:
+        """Drop one row (after it was delivered)."""
+        with self._lock:
+            self._db.execute(_REMOVE, (row_id,))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._db.execute(_COUNT).fetchone()[0])
+
+    def __bool__(self) -> bool:
+        """True while anything is spooled (cheaper than ``len``)."""
+        with self._lock:
+            return bool(self._db.execute(_ANY).fetchone()[0])
+
+    @contextmanager
+    def draining(self) -> Iterator[bool]:
+        """The exclusive right to drain: yields False if another thread or process has it.
+
+        Each call opens the lock file anew, so ``flock`` excludes threads of this
+        process as well as other processes.
+        """
+        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,145 @@
+"""ClaimCheckStore: one suite for every backend, and tampering caught on each."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from producer import ClaimCheckStore
+from producer.events import EventError, PayloadRef
+
+
+@pytest.fixture(scope="module")
+def bucket(s3_endpoint: str) -> str:
+    name = f"claims-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture(params=["file", "s3", "memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ClaimCheckStore]:
+    if request.param == "file":
+        yield ClaimCheckStore.from_url(f"file://{tmp_path}/claims")
+    elif request.param == "s3":
+        endpoint = request.getfixturevalue("s3_endpoint")
+        bucket = request.getfixturevalue("bucket")
+        yield ClaimCheckStore.from_url(f"s3://{bucket}/claims", endpoint_url=endpoint)
+    else:
+        yield ClaimCheckStore.from_url(f"memory://{uuid.uuid4().hex}")
+
+
+def event_id() -> str:
+    return uuid.uuid4().hex
+
+
+def test_get_returns_exactly_the_bytes_put(store: ClaimCheckStore) -> None:
+    data = os.urandom(300_000) + "ünïcode".encode()
+    eid = event_id()
+    ref = store.put(eid, data)
+    assert ref.size == len(data)
+    assert ref.sha256 == hashlib.sha256(data).hexdigest()
+    assert ref.url == f"{store.root}/{eid[:2]}/{eid}.json"
+    assert store.get(ref) == data
+
+
+def test_putting_again_replaces_the_object(store: ClaimCheckStore) -> None:
+    eid = event_id()
+    store.put(eid, b"first")
+    ref = store.put(eid, b"second, longer")
+    assert store.get(ref) == b"second, longer"
+
+
+def test_a_missing_object_is_an_event_error_naming_it(store: ClaimCheckStore) -> None:
+    eid = event_id()
+    ref = PayloadRef(url=f"{store.root}/{eid[:2]}/{eid}.json", sha256="0" * 64, size=3)
+    with pytest.raises(EventError, match="claim-check payload missing") as e:
+        store.get(ref)
+    assert e.value.event_id == eid and ref.url in e.value.reason
+
+
+def test_a_wrong_size_or_digest_is_an_event_error(store: ClaimCheckStore) -> None:
+    ref = store.put(event_id(), b'{"messages": []}')
+    with pytest.raises(EventError, match="bytes, the reference says"):
+        store.get(PayloadRef(url=ref.url, sha256=ref.sha256, size=ref.size + 1))
+    with pytest.raises(EventError, match="does not match its sha256"):
+        store.get(PayloadRef(url=ref.url, sha256="0" * 64, size=ref.size))
+
+
+@pytest.mark.parametrize("bad", ["", "../../etc/passwd", "A" * 32, "0" * 31, "g" * 32])
+def test_event_ids_are_checked_so_keys_are_safe(store: ClaimCheckStore, bad: str) -> None:
+    with pytest.raises(EventError, match="32 hex digit event id"):
+        store.put(bad, b"x")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../etc/passwd",
+        "ab/../../x.json",
+        "zz/0123.json",
+        "00/11111111111111111111111111111111.json",
+    ],
+)
+def test_references_outside_the_store_are_refused(store: ClaimCheckStore, path: str) -> None:
+    for url in (f"{store.root}/{path}", f"file:///etc/{path}"):
+        with pytest.raises(EventError, match="is not an object of the store"):
+            store.get(PayloadRef(url=url, sha256="0" * 64, size=1))
+
+
+def test_a_tampered_file_fails(tmp_path: Path) -> None:
+    store = ClaimCheckStore.from_url(f"file://{tmp_path}")
+    eid = event_id()
+    ref = store.put(eid, b'{"messages": ["hello"]}')
+    path = tmp_path / eid[:2] / f"{eid}.json"
+    path.write_bytes(b'{"messages": ["HELLO"]}')  # same size, other bytes
+    with pytest.raises(EventError, match="does not match its sha256"):
+        store.get(ref)
+    path.write_bytes(b'{"messages": [')  # truncated
+    with pytest.raises(EventError, match="bytes, the reference says"):
+        store.get(ref)
+
+
+def test_a_tampered_s3_object_fails(s3_endpoint: str, bucket: str) -> None:
+    store = ClaimCheckStore.from_url(f"s3://{bucket}/tamper", endpoint_url=s3_endpoint)
+    eid = event_id()
+    ref = store.put(eid, b'{"messages": ["hello"]}')
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    key = f"tamper/{eid[:2]}/{eid}.json"
+    assert client.get_object(Bucket=bucket, Key=key)["Body"].read() == b'{"messages": ["hello"]}'
+    client.put_object(Bucket=bucket, Key=key, Body=b'{"messages": ["HELLO"]}')
+    with pytest.raises(EventError, match="does not match its sha256"):
+        store.get(ref)
+    client.delete_object(Bucket=bucket, Key=key)
+    with pytest.raises(EventError, match="missing"):
+        store.get(ref)
+
+
+def test_the_s3_endpoint_comes_from_the_environment(
+    s3_endpoint: str, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TULIP_S3_ENDPOINT_URL", s3_endpoint)
+    store = ClaimCheckStore.from_url(f"s3://{bucket}")
+    ref = store.put(event_id(), b"payload")
+    assert ref.url.startswith(f"s3://{bucket}/") and store.get(ref) == b"payload"
+
+
+def test_memory_stores_on_one_url_share_their_objects() -> None:
+    url = f"memory://{uuid.uuid4().hex}"
+    ref = ClaimCheckStore.from_url(url).put(event_id(), b"shared")
+    assert ClaimCheckStore.from_url(url).get(ref) == b"shared"
+    with pytest.raises(EventError, match="missing"):
+        ClaimCheckStore.from_url(url + "-other").get(
+            PayloadRef(url=ref.url.replace(url, url + "-other"), sha256=ref.sha256, size=6)
+        )
+
+
+@pytest.mark.parametrize("url", ["ftp://host/dir", "file://host/dir", "file:relative", "s3:///x"])
+def test_unusable_urls_fail_early(url: str) -> None:
+    with pytest.raises(ValueError, match="URL"):
+        ClaimCheckStore.from_url(url)
