@@ -32,6 +32,24 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--tenants", type=int, default=4, help="demo: number of tenants")
     dev.add_argument("--users", type=int, default=25, help="demo: users per tenant")
     dev.set_defaults(run=_dev)
+
+    dlq = sub.add_parser("dlq", help="inspect and replay dead letters (admin connection)")
+    dlq.add_argument(
+        "--database-url",
+        help="an administrator DSN (default: TULIP_DATABASE_ADMIN_URL) that can read "
+        "every tenant's dead letters",
+    )
+    dlq_sub = dlq.add_subparsers(title="dlq commands", required=True)
+    listing = dlq_sub.add_parser("list", help="newest dead letters first")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--all", action="store_true", help="include replayed ones")
+    listing.set_defaults(run=_dlq, action="list")
+    show = dlq_sub.add_parser("show", help="one dead letter with its event body")
+    show.add_argument("event_id")
+    show.set_defaults(run=_dlq, action="show")
+    replay = dlq_sub.add_parser("replay", help="re-publish with the original sequence number")
+    replay.add_argument("event_id")
+    replay.set_defaults(run=_dlq, action="replay")
     return parser
 
 
@@ -72,6 +90,46 @@ def _demo(stack: object, args: argparse.Namespace, started: float) -> int:
         print(f"  {line}")
     print(f"  wall time         {time.perf_counter() - started:.1f}s")
     return 0 if report.ok else 1
+
+
+def _dlq(args: argparse.Namespace) -> int:
+    import os
+
+    from tulip_memory.dev.embedded import run_async
+
+    url = args.database_url or os.environ.get("TULIP_DATABASE_ADMIN_URL", "")
+    if not url:
+        print("set TULIP_DATABASE_ADMIN_URL or pass --database-url", file=sys.stderr)
+        return 2
+    try:
+        lines: list[str] = run_async(_dlq_async(url, args))
+    except (LookupError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0
+
+
+async def _dlq_async(url: str, args: argparse.Namespace) -> list[str]:
+    import asyncpg
+
+    from workers import dlq
+
+    conn = await asyncpg.connect(url)
+    try:
+        if args.action == "list":
+            letters = await dlq.list_dead(conn, limit=args.limit, include_replayed=args.all)
+            return [dlq.describe(d) for d in letters] or ["no dead letters"]
+        if args.action == "show":
+            letter = await dlq.show(conn, args.event_id)
+            return [dlq.describe(letter), letter.body]
+        from producer import Producer
+
+        with Producer.from_env() as producer:
+            letter = await dlq.replay(conn, args.event_id, producer.republish)
+        return [f"replayed {letter.event_id} (seq {letter.seq}) to its shard queue"]
+    finally:
+        await conn.close()
 
 
 def _wait_for_signal() -> None:

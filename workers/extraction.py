@@ -81,8 +81,12 @@ class ExtractionWorker:
         await self._ensure()
         try:
             env = decode(body)
+            if task_id is not None and env.id != task_id:
+                raise EventError(f"event id does not match its task id {task_id!r}", env.id)
         except EventError as e:
-            await self._dead(body, e.event_id or task_id or "unknown", e.reason, attempts=1)
+            # The broker's task id is the producer's event id; a malformed body's own
+            # "id" is not trusted to name the ledger row.
+            await self._dead(body, task_id or e.event_id or "unknown", e.reason, attempts=1)
             return DEAD
         if await self._done(env.id):
             return DUPLICATE

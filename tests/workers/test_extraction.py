@@ -87,7 +87,7 @@ async def test_malformed_events_become_dead_letters(
     worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
     task_id = "b" * 24 + str(int(time.time() * 1e3))[-8:]
     assert await worker.handle(body, task_id) == DEAD
-    event_id = "a" * 32 if '"id"' in body else task_id
+    event_id = task_id  # the broker's task id names the ledger row, not the body's id
     status = await reader.status(event_id)
     assert status.state == "dead" and reason in (status.reason or "")
     conn = await asyncpg.connect(postgres.admin_dsn)
@@ -148,3 +148,18 @@ async def test_pruning_keeps_the_newest_memories_per_type(
         assert await worker.handle(encode(event(ns, text, seq=seq))) == APPLIED
     keys = await store.list_keys((*ns, "user"))
     assert len(keys) == 2 and "favourite-colour" not in keys
+
+
+async def test_a_body_claiming_another_event_id_is_refused(
+    store: PgMemory, reader: AsyncReader, tenant: str
+) -> None:
+    worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
+    real = event((tenant, "users", "u6"), "My favourite colour is red.")
+    assert await worker.handle(encode(real), real.id) == APPLIED
+    forged = event((tenant, "users", "u6"), "My favourite colour is black.", seq=9)
+    task_id = uuid.uuid4().hex
+    assert await worker.handle(encode(forged), task_id) == DEAD
+    assert "does not match its task id" in ((await reader.status(task_id)).reason or "")
+    assert (await reader.status(real.id)).state == "applied"
+    recalled = await reader.recall((tenant, "users", "u6"), "favourite colour")
+    assert "red" in recalled[0].content

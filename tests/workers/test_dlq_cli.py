@@ -1,0 +1,134 @@
+"""``tulip-memory dlq`` as an operator runs it, and ``QueuedMemoryManager``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from producer import AsyncProducer, ProducerSettings
+from producer.events import encode, session_ended
+from producer.queued import QueuedMemoryManager
+from producer.reader import AsyncReader
+from tests.producer.queues import take_all, with_db
+from tests.support.services import Postgres
+from tulip_memory.embeddings import HashingEmbedder
+from tulip_memory.manager import Memory
+from tulip_memory.messages import Message, Role
+from tulip_memory.state import AgentState
+from tulip_memory.store import PgMemory
+from workers.extraction import APPLIED, DEAD, ExtractionWorker
+from workers.extractors import heuristic
+from workers.retry import RetryPolicy
+
+TABLE = f"dlq_{uuid.uuid4().hex[:8]}"
+DB = 13  # a Redis database of this module's own
+
+
+async def model_down(messages: Sequence[Message], existing: Sequence[Memory]) -> list[Memory]:
+    raise ConnectionError("model endpoint refused the connection")
+
+
+@pytest.fixture
+async def store(pg_dsn: str) -> AsyncIterator[PgMemory]:
+    s = PgMemory(pg_dsn, table=TABLE, embedder=HashingEmbedder(384))
+    yield s
+    await s.close()
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tulip_memory.cli", "dlq", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+async def test_list_show_and_replay_dead_letters(
+    store: PgMemory, postgres: Postgres, redis_url: str, tenant: str, tmp_path: Path
+) -> None:
+    ns = (tenant, "users", "u1")
+    msgs = [Message(role=Role.USER, content="My favourite colour is green.")]
+    env = session_ended(ns, "t", msgs, ts=time.time()).with_seq(7)
+    failing = ExtractionWorker(
+        store=store, extractor=model_down, retry=RetryPolicy(attempts=2, base=0.01, cap=0.02)
+    )
+    assert await failing.handle(encode(env)) == DEAD
+    malformed_id = uuid.uuid4().hex
+    assert await failing.handle('{"v": 1, "id": "x"}', malformed_id) == DEAD
+
+    broker = with_db(redis_url, DB)
+    settings = {
+        "TULIP_DATABASE_ADMIN_URL": postgres.admin_dsn,
+        "TULIP_BROKER_URL": broker,
+        "TULIP_REDIS_URL": broker,
+        "TULIP_SPOOL_DIR": str(tmp_path / "spool"),
+        "TULIP_EXTRACT_SHARDS": "2",
+    }
+    listed = cli(settings, "list", "--limit", "500")
+    assert listed.returncode == 0, listed.stderr
+    assert env.id in listed.stdout and "ConnectionError" in listed.stdout
+    assert malformed_id in listed.stdout
+    shown = cli(settings, "show", env.id)
+    assert shown.returncode == 0 and encode(env) in shown.stdout
+
+    refused = cli(settings, "replay", malformed_id)
+    assert refused.returncode == 1 and "cannot be replayed" in refused.stderr
+    missing = cli(settings, "replay", "f" * 32)
+    assert missing.returncode == 1 and "no dead letter" in missing.stderr
+
+    replayed = cli(settings, "replay", env.id)
+    assert replayed.returncode == 0, replayed.stderr
+    reader = AsyncReader(store)
+    assert (await reader.status(env.id)).state == "pending"
+    delivered = take_all(
+        ProducerSettings(broker_url=broker, redis_url=broker, extract_shards=2),
+        lambda e: e.id == env.id,
+    )
+    assert [d.envelope.seq for d in delivered] == [7]  # the original sequence number
+    healthy = ExtractionWorker(store=store, extractor=heuristic)
+    assert await healthy.handle(delivered[0].args[0]) == APPLIED
+    assert (await reader.status(env.id)).state == "applied"
+    assert env.id not in cli(settings, "list", "--limit", "500").stdout
+
+
+async def test_queued_memory_manager_publishes_and_recalls(
+    store: PgMemory, redis_url: str, tenant: str, tmp_path: Path
+) -> None:
+    broker = with_db(redis_url, DB)
+    settings = ProducerSettings(
+        broker_url=broker, redis_url=broker, spool_dir=tmp_path / "spool", extract_shards=2
+    )
+    reader = AsyncReader(store)
+    producer = AsyncProducer(settings)
+    try:
+        ns = (tenant, "users", "u2")
+        manager = QueuedMemoryManager(producer, reader, ns)
+        state = AgentState(
+            messages=(Message(role=Role.USER, content="Remember that my home city is Lima."),),
+            metadata={"thread_id": "t-1"},
+        )
+        await manager.on_session_end(state)
+        assert len(manager.published) == 1
+        with pytest.raises(TimeoutError):
+            await manager.drain(timeout=0.3)  # nothing applies it yet
+        # A worker applies what the manager published.
+        delivered = take_all(settings, lambda e: e.id == manager.published[0])
+        worker = ExtractionWorker(store=store, extractor=heuristic)
+        assert await worker.handle(delivered[0].args[0]) == APPLIED
+        await manager.drain(timeout=10)
+        later = AgentState(messages=(Message(role=Role.USER, content="Where is my home city?"),))
+        injected = await manager.on_session_start(later)
+        assert "Lima" in injected.messages[0].content
+        assert injected.messages[-1].content == "Where is my home city?"
+    finally:
+        await producer.close()
