@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import asyncpg
@@ -31,21 +34,33 @@ def test_demo_passes_and_reports(tmp_path: Path) -> None:
     assert (tmp_path / "tulip.env").exists()
 
 
-def _read_env(path: Path, timeout: float = 120.0) -> dict[str, str]:
+def _read_env(path: Path, key: str, timeout: float = 120.0) -> dict[str, str]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists():
             text = path.read_text()
-            if text.endswith("\n"):
+            if text.endswith("\n") and f"{key}=" in text:
                 return dict(line.split("=", 1) for line in text.splitlines())
         time.sleep(0.2)
-    raise AssertionError(f"{path} never appeared")
+    raise AssertionError(f"{path} never held {key}")
+
+
+def _status(url: str, auth: tuple[str, str] | None = None) -> int:
+    request = urllib.request.Request(url)
+    if auth is not None:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
 
 
 def test_dev_serves_until_interrupted_and_leaves_nothing_behind(tmp_path: Path) -> None:
     proc = subprocess.Popen([*CLI, "dev", "--data-dir", str(tmp_path)], stdout=subprocess.PIPE)
     try:
-        env = _read_env(tmp_path / "tulip.env")
+        env = _read_env(tmp_path / "tulip.env", "TULIP_FLOWER_URL")
         client = redis.Redis.from_url(env["TULIP_REDIS_URL"])
         assert client.ping()
         redis_pid = int(client.info()["process_id"])
@@ -61,10 +76,16 @@ def test_dev_serves_until_interrupted_and_leaves_nothing_behind(tmp_path: Path) 
         assert asyncio.run(pg_alive())
         postmaster = int((tmp_path / "postgres" / "postmaster.pid").read_text().split()[0])
         assert psutil.pid_exists(postmaster)
+        flower = env["TULIP_FLOWER_URL"]
+        assert _status(f"{flower}/api/workers") == 401
+        creds = (env["TULIP_FLOWER_USER"], env["TULIP_FLOWER_PASSWORD"])
+        assert _status(f"{flower}/api/workers", creds) == 200
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert len(children) >= 3  # two extract shard workers and Flower
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
-        for pid in (redis_pid, postmaster):
-            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+        assert proc.wait(timeout=90) == 0
+        for pid in [redis_pid, postmaster, *(c.pid for c in children)]:
+            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", pid
     finally:
         if proc.poll() is None:  # a failed assertion: still stop what dev started
             proc.send_signal(signal.SIGINT)

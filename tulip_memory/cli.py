@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import signal
 import sys
 import threading
@@ -11,6 +10,12 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tulip_memory.dev.supervisor import ROLES
+
+if TYPE_CHECKING:
+    from tulip_memory.dev.stack import DevStack
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,9 +34,19 @@ def _parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("dev", help="run the stack on embedded services under one data dir")
     dev.add_argument("--data-dir", type=Path, default=Path(".tulip-dev"))
     dev.add_argument("--demo", action="store_true", help="run the demo workload, check, exit")
-    dev.add_argument("--tenants", type=int, default=4, help="demo: number of tenants")
-    dev.add_argument("--users", type=int, default=25, help="demo: users per tenant")
+    dev.add_argument("--tenants", type=int, default=5, help="demo: number of tenants")
+    dev.add_argument("--users", type=int, default=40, help="demo: users per tenant")
+    dev.add_argument("--shards", type=int, default=2, help="ordered shard queues per role")
+    dev.add_argument("--no-flower", action="store_true", help="do not start Flower")
     dev.set_defaults(run=_dev)
+
+    worker = sub.add_parser("worker", help="run and supervise the Celery workers of a role")
+    worker.add_argument("role", choices=sorted(ROLES))
+    worker.add_argument(
+        "--shards", type=int, nargs="*", help="only these shard numbers (default: all)"
+    )
+    worker.add_argument("--log-dir", type=Path, help="one log file per worker (default: stdout)")
+    worker.set_defaults(run=_worker)
 
     dlq = sub.add_parser("dlq", help="inspect and replay dead letters (admin connection)")
     dlq.add_argument(
@@ -57,39 +72,58 @@ def _dev(args: argparse.Namespace) -> int:
     from tulip_memory.dev.stack import DevStack
 
     started = time.perf_counter()
-    stack = DevStack(args.data_dir)
-    print(f"starting embedded services under {args.data_dir.resolve()} ...", flush=True)
-    stack.start(with_redis=not args.demo)
+    stack = DevStack(args.data_dir, shards=args.shards, with_flower=not args.no_flower)
+    print(f"starting the stack under {args.data_dir.resolve()} ...", flush=True)
+    stop = _stop_on_signals()
+    stack.start()
     try:
-        print(f"settings written to {stack.env_file}", flush=True)
-        for key, value in sorted(stack.settings.items()):
-            print(f"  {key}={value}")
+        print(f"settings written to {stack.env_file}")
+        if stack.flower is not None:
+            print(f"Flower: {stack.flower.url} (user {stack.flower.user}, password in tulip.env)")
+        assert stack.workers is not None
+        print(f"workers: {', '.join(stack.workers.pids())}", flush=True)
         if args.demo:
             return _demo(stack, args, started)
         print("running; press Ctrl-C to stop", flush=True)
-        _wait_for_signal()
+        while not stop.wait(1.0):
+            stack.workers.check()
         return 0
     finally:
         stack.stop()
         print("stopped", flush=True)
 
 
-def _demo(stack: object, args: argparse.Namespace, started: float) -> int:
-    from tulip_memory.dev.demo import run_store_demo
-    from tulip_memory.dev.stack import DevStack
+def _demo(stack: DevStack, args: argparse.Namespace, started: float) -> int:
+    from tulip_memory.dev.demo import run_pipeline_demo
 
-    assert isinstance(stack, DevStack) and stack.postgres is not None
     run_id = f"demo-{uuid.uuid4().hex[:8]}"
     print(f"demo {run_id}: {args.tenants} tenants x {args.users} users, two sessions each")
-    report = asyncio.run(
-        run_store_demo(
-            stack.postgres.app_dsn, run_id=run_id, tenants=args.tenants, users=args.users
-        )
+    report = run_pipeline_demo(
+        stack.settings, run_id=run_id, tenants=args.tenants, users=args.users
     )
     for line in report.lines():
         print(f"  {line}")
-    print(f"  wall time         {time.perf_counter() - started:.1f}s")
+    print(f"  wall time         {time.perf_counter() - started:.1f}s (services included)")
     return 0 if report.ok else 1
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import celeryconfig
+    from tulip_memory.dev.supervisor import Supervisor, role_specs, worker_env
+
+    shards = celeryconfig.EXTRACT_SHARDS
+    supervisor = Supervisor(
+        role_specs(args.role, shards, args.shards), worker_env({}), args.log_dir
+    )
+    stop = _stop_on_signals()
+    supervisor.start()
+    print(f"{args.role} workers: {supervisor.pids()}", flush=True)
+    try:
+        while not stop.wait(1.0):
+            supervisor.check()
+    finally:
+        supervisor.stop()
+    return 0
 
 
 def _dlq(args: argparse.Namespace) -> int:
@@ -132,11 +166,12 @@ async def _dlq_async(url: str, args: argparse.Namespace) -> list[str]:
         await conn.close()
 
 
-def _wait_for_signal() -> None:
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGINT or SIGTERM, so cleanup runs in the main thread."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    return stop
 
 
 if __name__ == "__main__":

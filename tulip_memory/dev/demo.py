@@ -1,135 +1,196 @@
-"""The ``dev --demo`` workload: plant facts, correct some, recall them all.
+"""The ``dev --demo`` workload, through the whole pipeline.
 
-Synthetic users of several tenants tell the store facts in a first session and
-correct some of them in a second; the demo then asks for every fact through
-``search_many`` and checks that the newest value comes back first, that tenants
-cannot see each other, and reports throughput and recall latency.
+Synthetic users of several tenants finish a first session stating facts and a later
+one correcting some of them. Every session is published with the producer; the
+shard workers extract and store the memories; the demo then asks for every fact
+through ``Reader.recall`` and checks that the newest value comes back first, that
+tenants cannot see each other at the database, and reports what it measured.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
 import numpy as np
 
-from tulip_memory.store import PgMemory
+from producer import Producer, ProducerSettings
+from producer.reader import Reader
+from tulip_memory.config import store_from_env
+from tulip_memory.dev.embedded import run_async
+from tulip_memory.messages import Message, Role
 
 FACTS: dict[str, tuple[str, list[str]]] = {
-    "colour": ("favourite colour", ["green", "blue", "amber", "violet", "teal"]),
-    "city": ("home city", ["Lisbon", "Osaka", "Quito", "Tromso", "Dakar"]),
-    "job": ("job title", ["nurse", "welder", "pilot", "baker", "actuary"]),
-    "pet": ("pet name", ["Rex", "Miso", "Pip", "Olive", "Bruno"]),
-    "drink": ("morning drink", ["tea", "espresso", "matcha", "cocoa", "kefir"]),
+    "favourite-colour": ("favourite colour", ["green", "blue", "amber", "violet", "teal"]),
+    "home-city": ("home city", ["Lisbon", "Osaka", "Quito", "Tromso", "Dakar"]),
+    "job-title": ("job title", ["nurse", "welder", "pilot", "baker", "actuary"]),
+    "pet-name": ("pet name", ["Rex", "Miso", "Pip", "Olive", "Bruno"]),
+    "morning-drink": ("morning drink", ["tea", "espresso", "matcha", "cocoa", "kefir"]),
 }
-CORRECTED = ("colour", "city")
+CORRECTED = ("favourite-colour", "home-city")
+Namespace = tuple[str, ...]
 
 
 @dataclass
 class DemoReport:
-    writes: int = 0
-    write_seconds: float = 0.0
+    events: int = 0
+    publish_seconds: float = 0.0
+    pipeline_seconds: float = 0.0
     checks: int = 0
     recalled: int = 0
+    dead: int = 0
     failures: list[str] = field(default_factory=list)
     latencies_ms: list[float] = field(default_factory=list)
     isolation_ok: bool = False
 
     @property
     def ok(self) -> bool:
-        return self.isolation_ok and not self.failures and self.recalled == self.checks
+        return (
+            self.isolation_ok and not self.failures and not self.dead
+            and self.recalled == self.checks
+        )  # fmt: skip
 
     def lines(self) -> list[str]:
         lat = np.array(self.latencies_ms or [0.0])
+        rate = self.events / max(self.pipeline_seconds, 1e-9)
         return [
-            f"writes            {self.writes} in {self.write_seconds:.2f}s "
-            f"({self.writes / max(self.write_seconds, 1e-9):,.0f}/s)",
+            f"events            {self.events} published in {self.publish_seconds:.2f}s, "
+            f"all applied after {self.pipeline_seconds:.1f}s ({rate:,.0f} events/s)",
+            f"dead letters      {self.dead}",
             f"facts recalled    {self.recalled}/{self.checks} (corrections must win)",
             f"recall latency    p50 {np.percentile(lat, 50):.2f} ms, "
-            f"p99 {np.percentile(lat, 99):.2f} ms (search_many over 2 namespaces)",
+            f"p99 {np.percentile(lat, 99):.2f} ms (Reader.recall, one statement)",
             f"tenant isolation  {'holds' if self.isolation_ok else 'BROKEN'}",
             *[f"FAILED  {f}" for f in self.failures[:10]],
             "OK" if self.ok else "FAILED",
         ]
 
 
-def _sessions(rng: random.Random) -> tuple[dict[str, str], dict[str, str]]:
+def sessions(rng: random.Random) -> tuple[dict[str, str], dict[str, str]]:
+    """A user's first session (every fact) and later one (corrections)."""
     first = {k: rng.choice(values) for k, (_, values) in FACTS.items()}
     second = {k: rng.choice([v for v in FACTS[k][1] if v != first[k]]) for k in CORRECTED}
     return first, second
 
 
-def _value(fact: str, answer: str) -> dict[str, Any]:
-    label = FACTS[fact][0]
-    return {"type": "user", "key": fact, "content": f"{label}: {answer}"}
+def say(facts: Mapping[str, str], correcting: bool) -> list[Message]:
+    opener = "Actually, my" if correcting else "My"
+    text = " ".join(f"{opener} {FACTS[k][0]} is {v}." for k, v in facts.items())
+    return [
+        Message(role=Role.USER, content=text),
+        Message(role=Role.ASSISTANT, content="Noted, thank you."),
+    ]
 
 
-async def run_store_demo(
-    app_dsn: str, *, run_id: str, tenants: int = 4, users: int = 25, seed: int = 7
+def run_pipeline_demo(
+    settings: Mapping[str, str],
+    *,
+    run_id: str,
+    tenants: int = 4,
+    users: int = 25,
+    seed: int = 7,
+    progress: Callable[[str], None] = print,
+    timeout: float = 300.0,
 ) -> DemoReport:
-    """Run the workload against ``PgMemory`` at ``app_dsn``."""
     rng = random.Random(seed)
     report = DemoReport()
-    store = PgMemory(app_dsn)
-    try:
-        truth = await _plant(store, rng, run_id, tenants, users, report)
-        await _recall(store, truth, report)
-        report.isolation_ok = await _isolation_holds(store, app_dsn, run_id)
-    finally:
-        await store.close()
+    truth: dict[Namespace, dict[str, str]] = {}
+    plan: list[tuple[Namespace, dict[str, str], bool]] = []
+    for t in range(tenants):
+        for u in range(users):
+            ns = (f"{run_id}-tenant{t}", "users", f"u{u}")
+            first, second = sessions(rng)
+            truth[ns] = {**first, **second}
+            plan.append((ns, first, False))
+            plan.append((ns, second, True))
+    # Round one of every user before any correction, interleaved across tenants.
+    plan.sort(key=lambda p: p[2])
+    started = time.perf_counter()
+    ids = _publish(settings, plan, report)
+    with Reader(store_from_env(settings)) as reader:
+        _wait(reader, ids, report, progress, timeout, started)
+        _recall(reader, truth, report)
+        report.isolation_ok = run_async(_isolation_holds(settings, run_id))
     return report
 
 
-async def _plant(
-    store: PgMemory, rng: random.Random, run_id: str, tenants: int, users: int, report: DemoReport
-) -> dict[tuple[str, ...], dict[str, str]]:
-    truth: dict[tuple[str, ...], dict[str, str]] = {}
+def _publish(
+    settings: Mapping[str, str],
+    plan: list[tuple[Namespace, dict[str, str], bool]],
+    report: DemoReport,
+) -> list[str]:
+    producer_settings = ProducerSettings(
+        broker_url=settings["TULIP_BROKER_URL"],
+        redis_url=settings["TULIP_REDIS_URL"],
+        spool_dir=Path(settings["TULIP_SPOOL_DIR"]),
+        extract_shards=int(settings["TULIP_EXTRACT_SHARDS"]),
+    )
     started = time.perf_counter()
-    for t in range(tenants):
-        for u in range(users):
-            ns = (f"{run_id}-tenant{t}", "users", f"u{u}", "user")
-            first, second = _sessions(rng)
-            for session in (first, second):
-                await store.put_batch([(ns, k, _value(k, v), None) for k, v in session.items()])
-                report.writes += len(session)
-            truth[ns] = {**first, **second}
-            await store.put((*ns[:3], "feedback"), "tone", {"content": "prefers short answers"})
-            report.writes += 1
-    report.write_seconds = time.perf_counter() - started
-    return truth
+    with Producer(producer_settings) as producer:
+        ids = [producer.session_ended(ns, f"{ns[2]}-chat", say(f, c)) for ns, f, c in plan]
+        producer.flush(timeout=60)
+    report.events = len(ids)
+    report.publish_seconds = time.perf_counter() - started
+    return ids
 
 
-async def _recall(
-    store: PgMemory, truth: dict[tuple[str, ...], dict[str, str]], report: DemoReport
+def _wait(
+    reader: Reader,
+    ids: list[str],
+    report: DemoReport,
+    progress: Callable[[str], None],
+    timeout: float,
+    started: float,
 ) -> None:
+    pending, deadline, last = list(ids), time.monotonic() + timeout, 0.0
+    while pending and time.monotonic() < deadline:
+        statuses = [reader.status(e) for e in pending]
+        report.dead += sum(s.state == "dead" for s in statuses)
+        pending = [s.event_id for s in statuses if s.state == "pending"]
+        if time.monotonic() - last >= 1.0 or not pending:
+            last = time.monotonic()
+            done = len(ids) - len(pending)
+            progress(f"  applied {done}/{len(ids)} events ({time.perf_counter() - started:.1f}s)")
+        if pending:
+            time.sleep(0.2)
+    report.pipeline_seconds = time.perf_counter() - started
+    if pending:
+        report.failures.append(f"{len(pending)} events still pending after {timeout:.0f}s")
+
+
+def _recall(reader: Reader, truth: dict[Namespace, dict[str, str]], report: DemoReport) -> None:
     for ns, facts in truth.items():
-        for fact, answer in facts.items():
+        for key, answer in facts.items():
             report.checks += 1
             started = time.perf_counter()
-            found = await store.search_many([ns, (*ns[:3], "feedback")], FACTS[fact][0], limit=3)
+            found = reader.recall(ns, FACTS[key][0], limit=3)
             report.latencies_ms.append((time.perf_counter() - started) * 1000)
-            top = found[0][0] if found[0] else None
-            if top is not None and top.key == fact and top.value["content"].endswith(answer):
+            top = found[0] if found else None
+            if top is not None and top.key == key and top.content.rstrip(".").endswith(answer):
                 report.recalled += 1
             else:
-                got = None if top is None else top.value.get("content")
-                report.failures.append(f"{'/'.join(ns)} {fact}: want {answer!r}, got {got!r}")
+                got = None if top is None else f"{top.key}: {top.content}"
+                report.failures.append(f"{'/'.join(ns)} {key}: want {answer!r}, got {got!r}")
 
 
-async def _isolation_holds(store: PgMemory, app_dsn: str, run_id: str) -> bool:
-    """A call spanning tenants is refused, and raw SQL through the application role
-    sees nothing without a tenant pinned and nothing of tenant 0 as tenant 1."""
+async def _isolation_holds(settings: Mapping[str, str], run_id: str) -> bool:
+    """Raw SQL through the application role sees nothing without a tenant pinned and
+    nothing of tenant 0 as tenant 1; a call spanning tenants is refused."""
     import asyncpg
 
+    store = store_from_env(settings)
     t0, t1 = f"{run_id}-tenant0", f"{run_id}-tenant1"
     try:
         await store.search_many([(t0, "users"), (t1, "users")], "favourite colour")
         return False
     except ValueError:
         pass
-    conn = await asyncpg.connect(app_dsn)
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(settings["TULIP_DATABASE_URL"])
     try:
         unpinned = await conn.fetchval(f"SELECT count(*) FROM {store.table}")
         async with conn.transaction():

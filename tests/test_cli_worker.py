@@ -1,0 +1,99 @@
+"""``tulip-memory worker ROLE``: one named solo worker per shard, restarted if it dies,
+stopped gracefully."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.producer.queues import with_db
+
+
+def celery_children(proc: subprocess.Popen[bytes]) -> list[psutil.Process]:
+    """Live celery worker children (a killed one is a zombie until it is reaped)."""
+    live = []
+    for kid in psutil.Process(proc.pid).children(recursive=False):
+        try:
+            if "celery" in " ".join(kid.cmdline()):
+                live.append(kid)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
+    return live
+
+
+def wait_for(predicate: object, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.2)
+    raise AssertionError("condition never held")
+
+
+def test_worker_role_supervises_named_shard_workers(
+    redis_url: str, pg_dsn: str, tmp_path: Path
+) -> None:
+    broker = with_db(redis_url, 14)
+    env = {
+        **os.environ,
+        "TULIP_BROKER_URL": broker,
+        "TULIP_REDIS_URL": broker,
+        "TULIP_DATABASE_URL": pg_dsn,
+        "TULIP_EXTRACT_SHARDS": "3",
+    }
+    logs = tmp_path / "logs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tulip_memory.cli", "worker", "extract", "--shards", "0", "2",
+         "--log-dir", str(logs)],
+        env=env, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: len(celery_children(proc)) == 2)
+        for k in (0, 2):
+            wait_for(lambda k=k: " ready." in _read(logs / f"extract-{k}.log"))
+            assert f"extract-{k}@" in _read(logs / f"extract-{k}.log")
+            assert f"memory.extract.{k}" in _read(logs / f"extract-{k}.log")
+        assert not (logs / "extract-1.log").exists()
+        victim = celery_children(proc)[0]
+        victim.kill()
+        wait_for(lambda: len(celery_children(proc)) == 2 and victim.pid not in
+                 {c.pid for c in celery_children(proc)})  # fmt: skip
+        children = celery_children(proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        for child in children:
+            assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def test_unknown_role_and_shard_are_refused() -> None:
+    bad = subprocess.run(
+        [sys.executable, "-m", "tulip_memory.cli", "worker", "nonsense"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+    out_of_range = subprocess.run(
+        [sys.executable, "-m", "tulip_memory.cli", "worker", "extract", "--shards", "9"],
+        capture_output=True, text=True, check=False,
+        env={**os.environ, "TULIP_EXTRACT_SHARDS": "2"},
+    )  # fmt: skip
+    assert out_of_range.returncode != 0 and "out of range" in out_of_range.stderr
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+pytestmark = pytest.mark.timeout(180)
