@@ -48,6 +48,13 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--log-dir", type=Path, help="one log file per worker (default: stdout)")
     worker.set_defaults(run=_worker)
 
+    provision = sub.add_parser(
+        "provision", help="create the application role (TULIP_DATABASE_ADMIN_URL needed)"
+    )
+    provision.add_argument("--role", default="tulip_app")
+    provision.add_argument("--schema", default="public")
+    provision.set_defaults(run=_provision)
+
     dlq = sub.add_parser("dlq", help="inspect and replay dead letters (admin connection)")
     dlq.add_argument(
         "--database-url",
@@ -164,6 +171,22 @@ async def _dlq_async(url: str, args: argparse.Namespace) -> list[str]:
         return [f"replayed {letter.event_id} (seq {letter.seq}) to its shard queue"]
     finally:
         await conn.close()
+
+
+def _provision(args: argparse.Namespace) -> int:
+    import os
+
+    from tulip_memory.dev.embedded import run_async
+    from tulip_memory.store.postgres import provision_app_role
+
+    admin = os.environ.get("TULIP_DATABASE_ADMIN_URL", "")
+    if not admin:
+        print("set TULIP_DATABASE_ADMIN_URL to an administrator DSN", file=sys.stderr)
+        return 2
+    password = os.environ.get("TULIP_APP_PASSWORD") or None
+    run_async(provision_app_role(admin, args.role, password=password, schema=args.schema))
+    print(f"role {args.role} ready: LOGIN, no superuser, no BYPASSRLS, CREATE on {args.schema}")
+    return 0
 
 
 def _stop_on_signals() -> threading.Event:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -33,6 +34,7 @@ from tulip_memory.store import PgMemory
 from tulip_memory.store.validation import NS_SEP
 from workers.deadletters import UNKNOWN_TENANT, DeadLetter, DeadLetters
 from workers.extractors import Extractor
+from workers.outcomes import log_outcome
 from workers.retry import RetryPolicy, describe, is_permanent
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,15 @@ class ClaimStore(Protocol):
     """Where claim-checked payloads are fetched from."""
 
     def get(self, ref: PayloadRef) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class _Result:
+    outcome: str
+    event_id: str
+    key: str | None
+    attempt: int
+    reason: str | None = None
 
 
 class _AlreadyApplied(Exception):
@@ -62,22 +73,39 @@ class ExtractionWorker:
     dead_letters: DeadLetters = field(default_factory=DeadLetters)
     _ready: bool = False
 
-    async def handle_durably(self, body: str, task_id: str | None = None) -> str:
+    async def handle_durably(
+        self, body: str, task_id: str | None = None, queue: str | None = None
+    ) -> str:
         """:meth:`handle` until it returns. An error escaping it means the database
         itself is unreachable (events that fail are dead-lettered inside), so the
         shard waits here, in place, rather than acking or re-queueing the event."""
         attempt = 0
         while True:
             try:
-                return await self.handle(body, task_id)
+                return await self.handle(body, task_id, queue)
             except Exception as e:
                 attempt += 1
                 delay = self.retry.delay(min(attempt, 8))
                 log.error("cannot process event (%s); retry in %.1fs", describe(e), delay)
                 await asyncio.sleep(delay)
 
-    async def handle(self, body: str, task_id: str | None = None) -> str:
-        """Apply the event in ``body``; returns ``applied``, ``duplicate`` or ``dead``."""
+    async def handle(self, body: str, task_id: str | None = None, queue: str | None = None) -> str:
+        """Apply the event in ``body``; returns ``applied``, ``duplicate`` or ``dead``,
+        and logs one structured line with the outcome."""
+        started = time.perf_counter()
+        result = await self._handle(body, task_id)
+        log_outcome(
+            event_id=result.event_id,
+            key=result.key,
+            queue=queue,
+            attempt=result.attempt,
+            duration_ms=(time.perf_counter() - started) * 1000,
+            outcome=result.outcome,
+            reason=result.reason,
+        )
+        return result.outcome
+
+    async def _handle(self, body: str, task_id: str | None) -> _Result:
         await self._ensure()
         try:
             env = decode(body)
@@ -86,17 +114,18 @@ class ExtractionWorker:
         except EventError as e:
             # The broker's task id is the producer's event id; a malformed body's own
             # "id" is not trusted to name the ledger row.
-            await self._dead(body, task_id or e.event_id or "unknown", e.reason, attempts=1)
-            return DEAD
+            event_id = task_id or e.event_id or "unknown"
+            await self._dead(body, event_id, e.reason, attempts=1)
+            return _Result(DEAD, event_id, None, 1, e.reason)
         if await self._done(env.id):
-            return DUPLICATE
+            return _Result(DUPLICATE, env.id, env.key, 0)
         for attempt in range(1, self.retry.attempts + 1):
             try:
-                return await self._apply(env, attempt)
+                return _Result(await self._apply(env, attempt), env.id, env.key, attempt)
             except Exception as e:
                 if is_permanent(e) or attempt == self.retry.attempts:
                     await self._dead(body, env.id, describe(e), attempts=attempt, env=env)
-                    return DEAD
+                    return _Result(DEAD, env.id, env.key, attempt, describe(e))
                 delay = self.retry.delay(attempt)
                 log.warning(
                     "event %s attempt %d failed (%s); retry in %.2fs",

@@ -15,7 +15,8 @@ from workers.runtime import reset_after_fork, runtime
 def extract(self: Any, body: str) -> str:
     """Apply one ``session.ended`` event (ordered shard queue, solo worker)."""
     rt = runtime()
-    return rt.run(rt.extraction().handle_durably(body, self.request.id))
+    queue = (self.request.delivery_info or {}).get("routing_key")
+    return rt.run(rt.extraction().handle_durably(body, self.request.id, queue))
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

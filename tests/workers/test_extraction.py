@@ -163,3 +163,20 @@ async def test_a_body_claiming_another_event_id_is_refused(
     assert (await reader.status(real.id)).state == "applied"
     recalled = await reader.recall((tenant, "users", "u6"), "favourite colour")
     assert "red" in recalled[0].content
+
+
+async def test_one_structured_line_per_outcome_without_content(
+    store: PgMemory, tenant: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
+    env = event((tenant, "users", "u7"), "My secret colour is mauve.")
+    with caplog.at_level("INFO", logger="tulip.events"):
+        await worker.handle(encode(env), env.id, "memory.extract.1")
+        await worker.handle(encode(env), env.id, "memory.extract.1")
+        await worker.handle("garbage", "c" * 32, "memory.extract.1")
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "tulip.events"]
+    assert [line["outcome"] for line in lines] == ["applied", "duplicate", "dead"]
+    assert lines[0]["event_id"] == env.id and lines[0]["key"] == f"{tenant}/users/u7"
+    assert lines[0]["queue"] == "memory.extract.1" and lines[0]["attempt"] == 1
+    assert lines[0]["duration_ms"] >= 0 and "reason" in lines[2]
+    assert "mauve" not in caplog.text

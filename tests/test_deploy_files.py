@@ -1,0 +1,91 @@
+"""docker-compose.yml and Procfile describe processes our CLI really runs.
+
+Docker is not available where the suite runs, so the compose file is validated
+structurally: its services, the commands they run (parsed by our own CLI parser),
+its environment names (each documented in the README), health checks and order.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tulip_memory.cli import _parser
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES: dict[str, Any] = COMPOSE["services"]
+
+
+def test_backing_services_are_configured_for_durability() -> None:
+    redis = SERVICES["redis"]
+    assert redis["image"].startswith("redis:7")
+    cmd = " ".join(redis["command"])
+    assert "--appendonly yes" in cmd and "--maxmemory-policy noeviction" in cmd
+    assert SERVICES["postgres"]["image"].startswith("pgvector/pgvector:")
+    assert "mc mb --ignore-existing local/tulip-checkpoints" in " ".join(
+        SERVICES["minio-bucket"]["command"]
+    )
+    for name in ("redis", "postgres", "minio"):
+        assert "healthcheck" in SERVICES[name], name
+
+
+def test_every_tulip_command_parses_with_our_cli() -> None:
+    parser = _parser()
+    for name, service in SERVICES.items():
+        if service.get("build") != "." or "command" not in service:
+            continue
+        args = parser.parse_args(service["command"])
+        assert hasattr(args, "run"), name
+
+
+def test_extract_shards_are_each_served_exactly_once() -> None:
+    shards = int(COMPOSE["x-tulip-env"]["TULIP_EXTRACT_SHARDS"])
+    served: list[int] = []
+    for service in SERVICES.values():
+        cmd = service.get("command") or []
+        if cmd[:2] == ["worker", "extract"]:
+            served += [int(k) for k in cmd[cmd.index("--shards") + 1 :]]
+    assert sorted(served) == list(range(shards))
+
+
+def test_workers_start_after_their_dependencies_are_healthy() -> None:
+    for name, service in SERVICES.items():
+        if (service.get("command") or [None])[0] != "worker":
+            continue
+        deps = service["depends_on"]
+        assert deps["redis"]["condition"] == "service_healthy", name
+        assert deps["postgres"]["condition"] == "service_healthy", name
+        assert deps["migrate"]["condition"] == "service_completed_successfully", name
+        assert service["stop_grace_period"]  # warm shutdown time for the task in hand
+
+
+def test_flower_requires_auth_and_binds_to_loopback_on_the_host() -> None:
+    flower = SERVICES["flower"]
+    assert any(a.startswith("--basic-auth=${TULIP_FLOWER_USER") for a in flower["entrypoint"])
+    assert all(p.startswith("127.0.0.1:") for p in flower["ports"])
+
+
+def test_environment_names_are_documented() -> None:
+    readme = (ROOT / "README.md").read_text()
+    names = set(re.findall(r"\bTULIP_[A-Z0-9_]+", (ROOT / "docker-compose.yml").read_text()))
+    names |= set(re.findall(r"\bTULIP_[A-Z0-9_]+", (ROOT / "Procfile").read_text()))
+    missing = sorted(n for n in names if f"`{n}`" not in readme)
+    assert not missing, f"undocumented in README: {missing}"
+
+
+def test_procfile_commands_exist() -> None:
+    parser = _parser()
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        _, command = line.split(":", 1)
+        argv = shlex.split(command)
+        if argv[0] == "tulip-memory":
+            assert hasattr(parser.parse_args(argv[1:]), "run")
+        else:
+            assert argv[:4] == ["celery", "-A", "workers.app", "flower"]
