@@ -17,6 +17,7 @@ from tulip_memory.ledger import APPLIED, DEAD, EventLedger
 from tulip_memory.manager import Memory, MemoryType
 from tulip_memory.store import PgMemory
 from tulip_memory.store.validation import validate_namespace
+from tulip_memory.turns import TurnHit
 
 T = TypeVar("T")
 TYPES = tuple(t.value for t in MemoryType)
@@ -56,6 +57,18 @@ class AsyncReader:
                 continue  # not a memory value (written outside the pipeline)
         return out
 
+    async def recall_turns(
+        self,
+        namespace: tuple[str, ...],
+        query: str,
+        top_k: int = 5,
+        threshold: float | None = None,
+    ) -> list[TurnHit]:
+        """The completed turns of ``namespace`` most similar to ``query``, exactly
+        ranked; ``turn_index`` is the turn's position within its session."""
+        matches = await self.store.search_turns(namespace, query, top_k, threshold)
+        return [TurnHit(m.score, m.turn, m.position, m.text, m.metadata) for m in matches]
+
     async def status(self, event_id: str) -> EventStatus:
         """``pending`` until a worker applied the event or gave up on it."""
         async with self.store.transaction("_reader") as tx:
@@ -90,6 +103,15 @@ class Reader:
         self, namespace: tuple[str, ...], query: str | None, limit: int = 10
     ) -> list[Memory]:
         return self._call(self.aio.recall(namespace, query, limit))
+
+    def recall_turns(
+        self,
+        namespace: tuple[str, ...],
+        query: str,
+        top_k: int = 5,
+        threshold: float | None = None,
+    ) -> list[TurnHit]:
+        return self._call(self.aio.recall_turns(namespace, query, top_k, threshold))
 
     def status(self, event_id: str) -> EventStatus:
         return self._call(self.aio.status(event_id))

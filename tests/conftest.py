@@ -13,6 +13,7 @@ import pytest
 
 from tests.support import services
 from tulip_memory.store import BaseStore, InMemoryStore, PgMemory
+from tulip_memory.store.holographic import HolographicStore
 
 pytest_plugins = ["tests.support.fixtures_openai", "tests.support.workers"]
 
@@ -47,12 +48,14 @@ def tenant() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(params=["memory", "postgres"])
+@pytest.fixture(params=["memory", "postgres", "holographic"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[BaseStore]:
-    """A fresh store of each backend; the same assertions run against both."""
+    """A fresh store of each backend; the same assertions run against every one."""
     backend: BaseStore
     if request.param == "memory":
         backend = InMemoryStore()
+    elif request.param == "holographic":
+        backend = HolographicStore(str(request.getfixturevalue("tmp_path") / "store.db"))
     else:
         backend = PgMemory(request.getfixturevalue("pg_dsn"))
     try:

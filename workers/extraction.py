@@ -31,11 +31,13 @@ from tulip_memory.ledger import EventLedger
 from tulip_memory.manager import Memory, MemoryType
 from tulip_memory.manager.block import strip_memory_blocks
 from tulip_memory.store import PgMemory
+from tulip_memory.store.postgres.store import TurnsIn
 from tulip_memory.store.validation import NS_SEP
 from workers.deadletters import UNKNOWN_TENANT, DeadLetter, DeadLetters
 from workers.extractors import Extractor
 from workers.outcomes import log_outcome
 from workers.retry import RetryPolicy, describe, is_permanent
+from workers.turns import completed_turns, turn_context
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +159,11 @@ class ExtractionWorker:
         existing = await self._existing(ns)
         memories = await self.extractor(messages, existing)
         items = [_item(ns, m, env, payload["thread_id"]) for m in memories]
-        batch = await self.store.prepare(items) if items else None
+        context = turn_context(ns, payload["thread_id"], env.id, payload.get("metadata", {}))
+        rows = completed_turns(messages, ts=env.ts, context=context)
+        batch, turns = await self.store.prepare_event(
+            items, TurnsIn(ns, payload["thread_id"], env.id, rows)
+        )
         try:
             async with self.store.transaction(ns[0]) as tx:
                 claimed = await self.ledger.claim(
@@ -173,6 +179,8 @@ class ExtractionWorker:
                     raise _AlreadyApplied
                 if batch is not None:
                     await tx.write(batch, source_seq=env.seq)
+                if turns is not None:
+                    await tx.write_turns(turns, source_seq=env.seq)
                 for kind in {m.type.value for m in memories}:
                     await tx.prune((*ns, kind), self.max_memories)
         except _AlreadyApplied:

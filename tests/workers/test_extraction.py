@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 import asyncpg
+import numpy as np
 import pytest
 
 from producer.events import Envelope, encode, session_ended
@@ -180,3 +181,68 @@ async def test_one_structured_line_per_outcome_without_content(
     assert lines[0]["queue"] == "memory.extract.1" and lines[0]["attempt"] == 1
     assert lines[0]["duration_ms"] >= 0 and "reason" in lines[2]
     assert "mauve" not in caplog.text
+
+
+def dialogue(*pairs: tuple[str, str], tail: str | None = None) -> list[Message]:
+    msgs: list[Message] = [Message(role=Role.SYSTEM, content="You are helpful.")]
+    for q, a in pairs:
+        msgs += [Message(role=Role.USER, content=q), Message(role=Role.ASSISTANT, content=a)]
+    if tail:
+        msgs.append(Message(role=Role.USER, content=tail))
+    return msgs
+
+
+async def test_completed_turns_are_indexed_with_the_event_once(
+    store: PgMemory, reader: AsyncReader, tenant: str
+) -> None:
+    worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
+    ns = (tenant, "users", "u8")
+    msgs = dialogue(
+        ("How do I reset my router?", "Hold the reset button for ten seconds."),
+        ("What is the capital of Peru?", "Lima is the capital of Peru."),
+        ("Recommend a jazz album", "Try Kind of Blue by Miles Davis."),
+        tail="thanks, bye",
+    )
+    env = session_ended(ns, "chat-9", msgs, {"user_id": "u8", "agent_id": "helpdesk"}, ts=1.0)
+    env = env.with_seq(1)
+    assert await worker.handle(encode(env), env.id) == APPLIED
+    assert await worker.handle(encode(env), env.id) == DUPLICATE
+    hits = await reader.recall_turns(ns, "capital city of Peru", top_k=10)
+    assert len(hits) == 3  # the unanswered "thanks, bye" is not a completed turn
+    top = hits[0]
+    assert top.turn["content"][0]["text"] == "What is the capital of Peru?"
+    assert top.turn["reply"]["content"][0]["text"] == "Lima is the capital of Peru."
+    assert top.metadata == {
+        "namespace": list(ns),
+        "thread_id": "chat-9",
+        "event_id": env.id,
+        "user_id": "u8",
+        "agent_id": "helpdesk",
+    }
+    assert top.turn_index == 1 and top.score > hits[1].score
+    assert await reader.recall_turns(ns, "router", top_k=10, threshold=0.99) == []
+
+
+async def test_turn_recall_is_complete_and_exact_beside_other_tenants(
+    store: PgMemory, reader: AsyncReader, tenant: str
+) -> None:
+    worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
+    topics = ["router", "jazz", "tax", "garden", "chess", "python", "bread", "rain"]
+    for other in range(40):
+        pairs = [(f"question {other} about {t}", f"answer about {t}") for t in topics]
+        env = session_ended((f"other-{tenant}-{other}", "u"), "t", dialogue(*pairs), ts=1.0)
+        await worker.handle(encode(env.with_seq(1)), env.id)
+    ns = (tenant, "users", "u9")
+    pairs = [(f"my {t} question", f"my {t} answer") for t in topics]
+    env = session_ended(ns, "t", dialogue(*pairs), ts=1.0).with_seq(1)
+    await worker.handle(encode(env), env.id)
+    hits = await reader.recall_turns(ns, "garden and bread", top_k=50)
+    assert len(hits) == len(topics)
+    emb = HashingEmbedder(384)
+    texts = [f"{q}\n{a}" for q, a in pairs]
+    m, q = emb.embed(texts), emb.embed(["garden and bread"])[0]
+    sims = (m @ q) / (np.linalg.norm(m, axis=1) * np.linalg.norm(q))
+    # Exactly the cosine ranking (ties may come in either order).
+    by_text = dict(zip(texts, sims, strict=True))
+    assert [h.score for h in hits] == pytest.approx(sorted(sims, reverse=True), abs=1e-5)
+    assert all(h.score == pytest.approx(by_text[h.text], abs=1e-5) for h in hits)

@@ -3,6 +3,7 @@
 from tulip_memory.errors import StoreCapabilityError
 from tulip_memory.store.base import BaseStore
 from tulip_memory.store.context import NamespacedStore, StoreContext
+from tulip_memory.store.holographic import HolographicStore
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
 from tulip_memory.store.memory import InMemoryStore
 from tulip_memory.store.postgres import PgMemory
@@ -10,6 +11,7 @@ from tulip_memory.store.sync import SyncStore
 
 __all__ = [
     "BaseStore",
+    "HolographicStore",
     "InMemoryStore",
     "NamespacedStore",
     "PgMemory",

@@ -62,6 +62,32 @@ MIGRATIONS: tuple[Migration, ...] = (
         "source event sequence for fencing",
         ("ALTER TABLE {t} ADD COLUMN source_seq bigint",),
     ),
+    Migration(
+        5,
+        "conversation turns beside the memories",
+        (
+            """CREATE TABLE {t}_turns (
+                tenant text NOT NULL,
+                ns text NOT NULL,
+                thread_id text NOT NULL,
+                event_id text NOT NULL,
+                position integer NOT NULL,
+                text text NOT NULL,
+                turn jsonb NOT NULL,
+                metadata jsonb NOT NULL DEFAULT '{{}}'::jsonb,
+                embedding vector({dim}),
+                source_seq bigint,
+                created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+                PRIMARY KEY (tenant, ns, event_id, position)
+            )""",
+            "CREATE INDEX {p}_turns_ns ON {t}_turns (tenant, ns, created_at DESC)",
+            "ALTER TABLE {t}_turns ENABLE ROW LEVEL SECURITY",
+            "ALTER TABLE {t}_turns FORCE ROW LEVEL SECURITY",
+            """CREATE POLICY {p}_turns_tenant ON {t}_turns
+                USING (tenant = current_setting('tulip.tenant', true))
+                WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
+        ),
+    ),
 )
 
 

@@ -132,6 +132,23 @@ WHERE tenant = $1 AND ns = ANY($2::text[])
 ORDER BY updated_at DESC, key
 LIMIT $3"""
 
+# Turns of a session, once per event: a redelivered event adds nothing.
+INSERT_TURNS = """
+INSERT INTO {t}_turns (tenant, ns, thread_id, event_id, position, text, turn, metadata,
+                       embedding, source_seq)
+SELECT $1, $2, $3, $4, u.position, u.text, u.turn::jsonb, u.metadata::jsonb, u.embedding, $5
+FROM unnest($6::int[], $7::text[], $8::text[], $9::text[], $10::vector[])
+     AS u(position, text, turn, metadata, embedding)
+ON CONFLICT DO NOTHING"""
+
+# Exact ranking over the namespace's turns (see the module docstring on completeness).
+SEARCH_TURNS = """
+SELECT text, turn, metadata, position, 1 - (embedding <=> $3) AS score FROM {t}_turns
+WHERE tenant = $1 AND ns = $2 AND embedding IS NOT NULL
+  AND ($5::float8 IS NULL OR 1 - (embedding <=> $3) >= $5::float8)
+ORDER BY (embedding <=> $3) + 0, created_at DESC, event_id, position
+LIMIT $4"""
+
 SEARCH_BY_EMBEDDING = f"""
 SELECT {COLS}, (embedding <=> $3) AS distance FROM {{t}}
 WHERE tenant = $1 AND ns = $2 AND embedding IS NOT NULL

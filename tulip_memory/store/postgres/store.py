@@ -17,6 +17,7 @@ import re
 import warnings
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,13 @@ from tulip_memory.store.base import BaseStore, BatchItem
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
 from tulip_memory.store.postgres import sql
 from tulip_memory.store.postgres.schema import ensure_schema
-from tulip_memory.store.postgres.writer import PgWriter, Prepared, PreparedBatch
+from tulip_memory.store.postgres.writer import (
+    PgWriter,
+    Prepared,
+    PreparedBatch,
+    PreparedTurns,
+    TurnRow,
+)
 from tulip_memory.store.ranking import score_of, tenant_of
 from tulip_memory.store.validation import (
     NS_SEP,
@@ -253,12 +260,65 @@ class PgMemory(BaseStore):
         transaction is held open across a model call."""
         if not items:
             raise ValueError("prepare needs at least one item")
+        batch, _ = await self.prepare_event(items, None)
+        assert batch is not None
+        return batch
+
+    async def prepare_event(
+        self, items: list[BatchItem], turns: TurnsIn | None
+    ) -> tuple[PreparedBatch | None, PreparedTurns | None]:
+        """Memory writes and a session's turns, validated and encoded together in ONE
+        embedder call."""
         rows = _dedupe([_prepare(ns, k, v, md) for ns, k, v, md in items])
-        tenant = tenant_of([r[0] for r in rows], "put_batch")
-        if self._encoder is None:
-            return PreparedBatch(tenant, rows, [None] * len(rows))
-        encoded = await self._encoder.aembed([r[4] for r in rows])
-        return PreparedBatch(tenant, rows, [_nonzero(encoded[i]) for i in range(len(rows))])
+        tenant = tenant_of([r[0] for r in rows], "put_batch") if rows else None
+        turn_rows = [] if turns is None else turns.rows
+        if turns is not None:
+            ns = validate_namespace(turns.namespace)
+            if tenant is not None and ns[0] != tenant:
+                raise ValueError("a session's turns and memories must share one tenant")
+        texts = [r[4] for r in rows] + [t.text for t in turn_rows]
+        vectors: list[Vectors | None] = [None] * len(texts)
+        if self._encoder is not None and texts:
+            encoded = await self._encoder.aembed(texts)
+            vectors = [_nonzero(encoded[i]) for i in range(len(texts))]
+        batch = PreparedBatch(tenant, rows, vectors[: len(rows)]) if tenant else None
+        prepared_turns = None
+        if turns is not None:
+            prepared_turns = PreparedTurns(
+                validate_namespace(turns.namespace),
+                turns.thread_id,
+                turns.event_id,
+                turn_rows,
+                vectors[len(rows) :],
+            )
+        return batch, prepared_turns
+
+    async def search_turns(
+        self,
+        namespace: tuple[str, ...],
+        query: str,
+        top_k: int = 5,
+        threshold: float | None = None,
+    ) -> list[TurnMatch]:
+        """The namespace's turns most similar to ``query``, exactly ranked (complete:
+        ``min(top_k, turns)`` results when no threshold cuts them)."""
+        ns = validate_namespace(namespace)
+        if top_k <= 0:
+            return []
+        qvec = await self._vector(ns[0], query)
+        if qvec is None:
+            return []
+        rows = await self._fetch(ns[0], "SEARCH_TURNS", NS_SEP.join(ns), qvec, top_k, threshold)
+        return [
+            TurnMatch(
+                score=float(r["score"]),
+                text=r["text"],
+                turn=json.loads(r["turn"]),
+                metadata=json.loads(r["metadata"]),
+                position=r["position"],
+            )
+            for r in rows
+        ]
 
     @asynccontextmanager
     async def transaction(self, tenant: str) -> AsyncIterator[PgWriter]:
@@ -430,6 +490,25 @@ class PgMemory(BaseStore):
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+
+@dataclass(frozen=True)
+class TurnsIn:
+    """A session's completed turns to index with its event."""
+
+    namespace: tuple[str, ...]
+    thread_id: str
+    event_id: str
+    rows: list[TurnRow]
+
+
+@dataclass(frozen=True)
+class TurnMatch:
+    score: float
+    text: str
+    turn: dict[str, Any]
+    metadata: dict[str, Any]
+    position: int
 
 
 def _prepare(namespace: Any, key: Any, value: Any, metadata: Any) -> Prepared:
