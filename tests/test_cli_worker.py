@@ -72,10 +72,35 @@ def test_worker_role_supervises_named_shard_workers(
             assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
     finally:
         if proc.poll() is None:
-            proc.kill()
+            proc.kill()  # its workers get SIGTERM from the kernel (PR_SET_PDEATHSIG)
             proc.wait()
         if proc.stdout:
             proc.stdout.close()
+
+
+def test_workers_do_not_outlive_a_killed_supervisor(
+    redis_url: str, pg_dsn: str, tmp_path: Path
+) -> None:
+    broker = with_db(redis_url, 14)
+    env = {**os.environ, "TULIP_BROKER_URL": broker, "TULIP_DATABASE_URL": pg_dsn}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tulip_memory.cli", "worker", "extract", "--shards", "1",
+         "--log-dir", str(tmp_path)],
+        env=env, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: " ready." in _read(tmp_path / "extract-1.log"))
+        children = celery_children(proc)
+        assert children
+    finally:
+        proc.kill()
+        proc.wait()
+    for child in children:
+        try:
+            child.wait(30)
+        except psutil.TimeoutExpired:
+            child.kill()
+            raise AssertionError(f"worker {child.pid} outlived its supervisor") from None
 
 
 def test_unknown_role_and_shard_are_refused() -> None:

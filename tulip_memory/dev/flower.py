@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from tulip_memory.dev.supervisor import die_with_parent
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -52,6 +54,7 @@ class Flower:
             env=self.env,
             stdout=self._out,
             stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
         )
         self._wait(timeout)
         return self

@@ -84,7 +84,11 @@ class Supervisor:
             out = open(self.log_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - kept open
             self._logs.append(out)
         proc = subprocess.Popen(  # noqa: S603 - our own command line, no shell
-            spec.command(), env=self.env, stdout=out, stderr=subprocess.STDOUT if out else None
+            spec.command(),
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            preexec_fn=die_with_parent,
         )
         self._running[spec.name] = _Running(spec, proc, time.monotonic(), restarts)
 
@@ -125,6 +129,18 @@ class Supervisor:
         for out in self._logs:
             out.close()
         self._logs.clear()
+
+
+def die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it (a warm shutdown) if the supervisor dies,
+    even by SIGKILL, so no worker outlives the process that started it (Linux)."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def worker_env(settings: dict[str, str]) -> dict[str, str]:

@@ -1,0 +1,186 @@
+"""The processes a benchmark starts, and their teardown however the run ends.
+
+Embedded Postgres and Redis (or external ones), the model stub and the ``celery
+worker`` subprocesses all register with one :class:`contextlib.ExitStack`, so an
+error or Ctrl-C stops every one of them. Starting and stopping run with SIGINT and
+SIGTERM deferred: an interrupt between "process started" and "process registered"
+would leave the process behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, TracebackType
+
+from tulip_memory.dev.embedded import EmbeddedPostgres, EmbeddedRedis, run_async
+from tulip_memory.store.postgres import provision_app_role
+
+ROOT = Path(__file__).resolve().parents[1]
+APP_ROLE = "tulip_bench"
+STOP_TIMEOUT = 15.0
+
+
+class BenchError(RuntimeError):
+    """The benchmark cannot go on (a worker died, events never applied, ...)."""
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM until the block is done, then deliver them."""
+    received: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if received:
+            signal.raise_signal(received[0])
+
+
+def raise_on_interrupts() -> None:
+    """Ctrl-C and SIGTERM unwind the main thread, so ``finally`` blocks stop what was
+    started. SIGINT gets a handler of our own, not Python's default one: asyncio's
+    ``Runner`` replaces only the default, and its own merely cancels the running
+    task, which a driver may absorb (the interrupt is then lost)."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, terminate)
+
+
+@dataclass(frozen=True)
+class Services:
+    admin_dsn: str
+    app_dsn: str
+    broker_url: str
+    tmp: Path
+    embedded_postgres: bool
+    embedded_redis: bool
+
+
+def open_services(
+    stack: contextlib.ExitStack, admin_dsn: str | None, broker_url: str | None
+) -> Services:
+    """Postgres and Redis: the given ones, else embedded ones in a temp dir that
+    ``stack`` removes (after stopping them)."""
+    tmp = Path(tempfile.mkdtemp(prefix="tulip-bench-pipeline-"))
+    stack.callback(shutil.rmtree, tmp, ignore_errors=True)
+    own_postgres, own_redis = not admin_dsn, not broker_url
+    if admin_dsn:
+        app_dsn = run_async(provision_app_role(admin_dsn, APP_ROLE))
+    else:
+        postgres = EmbeddedPostgres(tmp / "postgres", keep=False)
+        with deferred_interrupts():
+            stack.callback(postgres.stop)
+            postgres.start(APP_ROLE)
+        admin_dsn, app_dsn = postgres.admin_dsn, postgres.app_dsn
+    if not broker_url:
+        redis_server = EmbeddedRedis(tmp / "redis")
+        with deferred_interrupts():
+            stack.callback(redis_server.stop)
+            broker_url = redis_server.start().url
+    return Services(admin_dsn, app_dsn, broker_url, tmp, own_postgres, own_redis)
+
+
+@dataclass
+class Worker:
+    """One ``celery worker -P solo`` process, in a process group of its own."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def tail(self, lines: int = 25) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def signal(self, signum: int) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signum)
+
+
+@dataclass
+class WorkerPool:
+    """Solo shard workers sharing one environment; :meth:`stop` ends them all."""
+
+    logs: Path
+    env: dict[str, str]
+    workers: list[Worker] = field(default_factory=list)
+
+    def start(self, app: str, name: str, queue: str) -> Worker:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = self.logs / f"{name}.log"
+        command = [
+            *(sys.executable, "-m", "celery", "-A", app, "worker", "-P", "solo"),
+            *("-Q", queue, "-n", f"{name}@%h", "-l", "WARNING"),
+            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+        ]
+        with deferred_interrupts(), open(log, "ab") as out:
+            proc = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches the bench, which stops them in order
+            )
+            worker = Worker(name, proc, log)
+            self.workers.append(worker)
+        return worker
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.pid for w in self.workers]
+
+    def check(self) -> None:
+        """Raise if a worker exited: a benchmark without it would measure nothing."""
+        for w in self.workers:
+            if w.proc.poll() is not None:
+                raise BenchError(f"worker {w.name} exited ({w.proc.returncode}):\n{w.tail()}")
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Warm shutdown (SIGTERM) of every worker at once; SIGKILL what outlives ``timeout``."""
+        with deferred_interrupts():
+            for w in self.workers:
+                w.signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            for w in self.workers:
+                try:
+                    w.proc.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    w.signal(signal.SIGKILL)
+                    w.proc.wait()
+            self.workers.clear()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
