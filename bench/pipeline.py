@@ -59,7 +59,7 @@ from bench._services import (
 )
 from producer import Producer
 from producer.events import namespace_key
-from producer.producer import EXCHANGE, EXTRACT_QUEUE_PREFIX, SEQ_KEY_PREFIX, kombu_url
+from producer.producer import EXTRACT_QUEUE_PREFIX, SEQ_KEY_PREFIX, kombu_url
 from producer.routing import ShardRouter
 from tests.support.openai_server import FakeOpenAI, Reply
 from tulip_memory import ledger
@@ -546,7 +546,7 @@ def measure_noop(bench: Bench, pool: WorkerPool, publisher: Celery, shards: int,
                     args=list(args),
                     queue=queue,
                     routing_key=queue,
-                    exchange=EXCHANGE,
+                    exchange="",
                     connection=connection,
                 )
 
