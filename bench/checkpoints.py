@@ -1,0 +1,567 @@
+"""Delta checkpoint storage and load cost on long threads, one save per turn.
+
+For each thread (synthetic, or LoCoMo conversations with ``--dataset``), every turn is
+saved and, on the same storage, compared with:
+
+- **full**: the whole state every save (zlib 6), one object per save;
+- **seed**: the seed's policy, a plain chain: a full snapshot every ``depth + 1`` saves,
+  else a zlib-6 delta from the parent, one object per save; loading the latest walks
+  the chain back (one GET per link, after one for the index);
+- **limit**: the physical limit, each message stored once (the final state, zlib 6);
+- **floor**: one GET of the final state, decompressed and parsed.
+
+Reported: bytes at rest, load p50 of the latest and of older checkpoints (with GETs
+and round trips), and save p50, as ratios. ``--sweep`` adds a table of how
+``max_chain_depth`` trades reads against rewriting.
+
+Usage::
+
+    python -m bench.checkpoints                              # synthetic threads
+    python -m bench.checkpoints --dataset '../shared/data/locomo10/*.json'
+
+Storage: ``--storage s3`` (default) starts a moto S3 server in a subprocess unless
+``--endpoint-url`` points at one (MinIO, AWS); ``--storage file`` or ``memory``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import glob
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import zlib
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tulip_memory.delta import (
+    DeltaCheckpointer,
+    DeltaStorage,
+    FileDeltaStorage,
+    InMemoryDeltaStorage,
+    ObjectPage,
+    S3DeltaStorage,
+)
+from tulip_memory.delta.codec import dumps
+from tulip_memory.delta.diff import apply, diff
+from tulip_memory.delta.keys import ThreadKeys
+from tulip_memory.messages import Message, Role, ToolCall
+from tulip_memory.state import AgentState
+
+T = TypeVar("T")
+# fmt: off
+WORDS = [
+    "refund", "order", "shipping", "invoice", "account", "password", "reset", "eligible",
+    "warehouse", "policy", "customer", "ticket", "escalate", "manager", "approval",
+    "delivery", "tracking", "label", "return", "damaged", "replacement", "credit", "card",
+    "billing", "address", "discount", "coupon", "subscription", "renewal",
+]
+# fmt: on
+
+
+@dataclass(frozen=True)
+class Thread:
+    name: str
+    states: list[AgentState]
+
+
+class CountingStorage(DeltaStorage):
+    """Counts read round trips and GETs crossing a storage."""
+
+    def __init__(self, inner: DeltaStorage) -> None:
+        self.inner = inner
+        self.trips = 0
+        self.gets = 0
+        self.written = 0
+        self.written_log = 0
+
+    async def read_objects(self, keys: Sequence[str]) -> dict[str, bytes | None]:
+        self.trips += 1
+        self.gets += len(keys)
+        return await self.inner.read_objects(keys)
+
+    async def write_objects(self, objects: Mapping[str, bytes]) -> None:
+        self.written += sum(len(v) for v in objects.values())
+        self.written_log += sum(len(v) for k, v in objects.items() if k.startswith("log/"))
+        await self.inner.write_objects(objects)
+
+    async def delete_objects(self, keys: Sequence[str]) -> None:
+        await self.inner.delete_objects(keys)
+
+    async def list_objects(
+        self, prefix: str, *, start_after: str | None = None, limit: int = 1000
+    ) -> ObjectPage:
+        return await self.inner.list_objects(prefix, start_after=start_after, limit=limit)
+
+    async def copy_objects(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
+        return await self.inner.copy_objects(pairs)
+
+
+# -- threads ---------------------------------------------------------------------------
+
+
+def locomo_thread(path: Path) -> Thread:
+    """A LoCoMo conversation: one message per turn, sessions in order."""
+    data = json.loads(path.read_text())
+    a = data.get("speaker_a")
+    numbers = sorted(
+        int(k.split("_")[1])
+        for k, v in data.items()
+        if k.startswith("session_") and isinstance(v, list)
+    )
+    states: list[AgentState] = []
+    messages: list[Message] = []
+    for n in numbers:
+        when = data.get(f"session_{n}_date_time", "")
+        for turn in data[f"session_{n}"]:
+            meta = {"dia_id": turn["dia_id"]}
+            if turn.get("blip_caption"):
+                meta["image_caption"] = turn["blip_caption"]
+            role = Role.USER if turn["speaker"] == a else Role.ASSISTANT
+            messages.append(
+                Message(role=role, content=turn["text"], name=turn["speaker"], metadata=meta)
+            )
+            states.append(
+                AgentState(
+                    messages=messages,
+                    iterations=len(states) + 1,
+                    metadata={"session": n, "session_date": when},
+                )
+            )
+    return Thread(f"locomo/{path.stem}", states)
+
+
+def synthetic_thread(seed: int, turns: int) -> Thread:
+    """A support agent: system prompt, a memory block refreshed every 10 turns (an edit
+    near the front), user and assistant turns, tool calls with their results and the
+    tool_executions dedup history, per-thread metadata that changes every turn."""
+    rng = random.Random(seed)
+
+    def text(lo: int, hi: int) -> str:
+        return " ".join(rng.choices(WORDS, k=rng.randint(lo, hi)))
+
+    messages = [
+        Message(role=Role.SYSTEM, content="You are a support agent. " + text(30, 40)),
+        Message(role=Role.SYSTEM, content="Memories: " + text(10, 20), metadata={"block": 1}),
+    ]
+    tools: dict[str, Any] = {}
+    states: list[AgentState] = []
+    for t in range(turns):
+        if t % 10 == 9:
+            messages[1] = Message(
+                role=Role.SYSTEM, content="Memories: " + text(10, 30), metadata={"block": 1}
+            )
+        messages.append(Message(role=Role.USER, content=text(5, 30)))
+        if rng.random() < 0.3:
+            call = ToolCall(id=f"call-{t}", name="lookup", arguments={"order": f"ord-{t}"})
+            messages.append(Message(role=Role.ASSISTANT, tool_calls=[call]))
+            result = text(10, 40)
+            messages.append(
+                Message(role=Role.TOOL, content=result, tool_call_id=call.id, name="lookup")
+            )
+            tools[f"lookup:ord-{t}"] = {"result": result[:40], "turn": t}
+        messages.append(Message(role=Role.ASSISTANT, content=text(10, 60)))
+        states.append(
+            AgentState(
+                messages=messages,
+                tool_executions=dict(tools),
+                iterations=t + 1,
+                metadata={"turn": t, "topic": rng.choice(WORDS), "user": "u-42"},
+            )
+        )
+    return Thread(f"synthetic/{seed}", states)
+
+
+# -- measuring -------------------------------------------------------------------------
+
+
+async def timed(fn: Callable[[], Awaitable[T]]) -> tuple[float, T]:
+    t0 = time.perf_counter()
+    out = await fn()
+    return (time.perf_counter() - t0) * 1000, out
+
+
+def p50(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def compressed_state(state: AgentState) -> bytes:
+    return zlib.compress(dumps(state.to_checkpoint()), 6)
+
+
+async def at_rest(storage: DeltaStorage, prefixes: Sequence[str]) -> int:
+    total = 0
+    for prefix in prefixes:
+        token = None
+        while True:
+            page = await storage.list_objects(prefix, start_after=token)
+            total += sum(o.size for o in page.objects)
+            if not page.truncated:
+                break
+            token = page.keys[-1]
+    return total
+
+
+@dataclass
+class Result:
+    name: str
+    saves: int
+    ours: int
+    full: int
+    seed: int
+    limit: int
+    load_ours: float
+    load_seed: float
+    floor: float
+    load_old: float
+    old_gets: int
+    old_trips: int
+    save_ours: float
+    save_full: float
+    save_seed: float
+
+
+class Ours:
+    """The DeltaCheckpointer, counting what its loads read."""
+
+    def __init__(self, storage: DeltaStorage, depth: int, name: str) -> None:
+        self.storage = storage
+        self.counted = CountingStorage(storage)
+        self.cp = DeltaCheckpointer(self.counted, max_chain_depth=depth)
+        self.tid = f"{name}-{uuid.uuid4().hex[:6]}"
+        self.ids: list[str] = []
+
+    async def save(self, state: AgentState) -> None:
+        self.ids.append(await self.cp.save(state, self.tid))
+
+    async def load_latest(self) -> AgentState | None:
+        return await self.cp.load(self.tid)
+
+    async def load(self, checkpoint_id: str) -> tuple[AgentState | None, int, int]:
+        self.counted.trips = self.counted.gets = 0
+        state = await self.cp.load(self.tid, checkpoint_id)
+        return state, self.counted.gets, self.counted.trips
+
+    async def stored(self) -> int:
+        keys = ThreadKeys.of(self.tid)
+        return await at_rest(self.storage, [keys.head, keys.log_prefix])
+
+
+class FullEverySave:
+    """The whole state, zlib 6, one object per save."""
+
+    def __init__(self, storage: DeltaStorage) -> None:
+        self.storage = storage
+        self.prefix = f"bench-full/{uuid.uuid4().hex[:8]}/"
+        self.stored = 0
+
+    async def save(self, i: int, state: AgentState) -> None:
+        blob = compressed_state(state)
+        await self.storage.write_objects({f"{self.prefix}{i:06d}": blob})
+        self.stored += len(blob)
+
+
+class SeedChain:
+    """The seed's policy: a snapshot every depth+1 saves, else a delta from the parent
+    (zlib 6), one object per save; loading walks the chain back one GET per link after
+    one GET for the index (the seed's ``list_checkpoints(limit=1)``). Saves diff
+    against the previous state in memory (the seed's in-process cache), which flatters it.
+    """
+
+    def __init__(self, storage: DeltaStorage, depth: int) -> None:
+        self.storage = storage
+        self.depth = depth
+        self.prefix = f"bench-seed/{uuid.uuid4().hex[:8]}/"
+        self.stored = 0
+        self.previous: dict[str, Any] | None = None
+
+    async def save(self, i: int, state: AgentState) -> None:
+        data = json.loads(dumps(state.to_checkpoint()))
+        if i % (self.depth + 1) == 0 or self.previous is None:
+            payload: dict[str, Any] = {"full": data}
+        else:
+            payload = {"delta": diff(self.previous, data) or ["{", {}, []]}
+        blob = zlib.compress(dumps(payload), 6)
+        index = {f"{self.prefix}index": str(i).encode()}
+        await self.storage.write_objects({f"{self.prefix}{i:06d}": blob, **index})
+        self.stored += len(blob)
+        self.previous = data
+
+    async def load_latest(self) -> AgentState:
+        index = await self.storage.read_objects([f"{self.prefix}index"])
+        last = int(index[f"{self.prefix}index"] or b"0")
+        chain: list[Any] = []
+        for i in range(last, -1, -1):
+            key = f"{self.prefix}{i:06d}"
+            payload = json.loads(
+                zlib.decompress((await self.storage.read_objects([key]))[key] or b"")
+            )
+            chain.append(payload)
+            if "full" in payload:
+                break
+        state = chain.pop()["full"]
+        for payload in reversed(chain):
+            state = apply(state, payload["delta"])
+        return AgentState.from_checkpoint(state)
+
+
+class Floor:
+    """One GET of the final state, decompressed and parsed: no load can do less."""
+
+    def __init__(self, storage: DeltaStorage) -> None:
+        self.storage = storage
+        self.key = f"bench-floor/{uuid.uuid4().hex[:8]}"
+        self.size = 0
+
+    async def put(self, state: AgentState) -> None:
+        blob = compressed_state(state)
+        self.size = len(blob)
+        await self.storage.write_objects({self.key: blob})
+
+    async def load(self) -> AgentState:
+        data = (await self.storage.read_objects([self.key]))[self.key] or b""
+        return AgentState.from_checkpoint(json.loads(zlib.decompress(data)))
+
+
+async def bench_thread(storage: DeltaStorage, thread: Thread, depth: int, loads: int) -> Result:
+    """Saves interleaved turn by turn, then loads interleaved round by round, so the
+    schemes share the same conditions."""
+    ours, full, seed, floor = (
+        Ours(storage, depth, thread.name),
+        FullEverySave(storage),
+        SeedChain(storage, depth),
+        Floor(storage),
+    )
+    save_ms: dict[str, list[float]] = {"ours": [], "full": [], "seed": []}
+    for i, state in enumerate(thread.states):
+        save_ms["ours"].append((await timed(functools.partial(ours.save, state)))[0])
+        save_ms["full"].append((await timed(functools.partial(full.save, i, state)))[0])
+        save_ms["seed"].append((await timed(functools.partial(seed.save, i, state)))[0])
+    await floor.put(thread.states[-1])
+    rng = random.Random(7)
+    load_ms: dict[str, list[float]] = {"ours": [], "seed": [], "floor": [], "old": []}
+    gets = trips = 0
+    for _ in range(loads):
+        ms, latest = await timed(ours.load_latest)
+        load_ms["ours"].append(ms)
+        load_ms["seed"].append((await timed(seed.load_latest))[0])
+        load_ms["floor"].append((await timed(floor.load))[0])
+        n = rng.randrange(len(ours.ids) - 1)
+        ms, (old, g, t) = await timed(functools.partial(ours.load, ours.ids[n]))
+        load_ms["old"].append(ms)
+        gets, trips = max(gets, g), max(trips, t)
+        assert latest == thread.states[-1] and old == thread.states[n]
+    return Result(
+        name=thread.name,
+        saves=len(thread.states),
+        ours=await ours.stored(),
+        full=full.stored,
+        seed=seed.stored,
+        limit=floor.size,
+        load_ours=p50(load_ms["ours"]),
+        load_seed=p50(load_ms["seed"]),
+        floor=p50(load_ms["floor"]),
+        load_old=p50(load_ms["old"]),
+        old_gets=gets,
+        old_trips=trips,
+        save_ours=p50(save_ms["ours"]),
+        save_full=p50(save_ms["full"]),
+        save_seed=p50(save_ms["seed"]),
+    )
+
+
+# -- reporting -------------------------------------------------------------------------
+
+
+def kb(n: float) -> str:
+    return f"{n / 1024:,.0f}K"
+
+
+def table(title: str, results: list[Result]) -> None:
+    head = (
+        f"{'thread':<16}{'saves':>6} | {'ours':>7}{'full':>8}{'seed':>8}{'limit':>7}"
+        f" | {'full/ours':>9}{'full/seed':>10}{'ours/lim':>9}"
+        f" | {'ld ms':>6}{'/floor':>7}{'seed/fl':>8} | {'old ms':>6}{'GETs':>5}{'RT':>3}"
+        f" | {'save ms':>7}{'/full':>6}{'seed':>6}"
+    )
+    print(f"\n{title}\n{head}\n{'-' * len(head)}")
+    for r in [*results, total(results)] if len(results) > 1 else results:
+        print(
+            f"{r.name[-16:]:<16}{r.saves:>6} | {kb(r.ours):>7}{kb(r.full):>8}{kb(r.seed):>8}"
+            f"{kb(r.limit):>7} | {r.full / r.ours:>8.1f}x{r.full / r.seed:>9.1f}x"
+            f"{r.ours / r.limit:>8.2f}x | {r.load_ours:>6.2f}{r.load_ours / r.floor:>6.2f}x"
+            f"{r.load_seed / r.floor:>7.2f}x | {r.load_old:>6.2f}{r.old_gets:>5}{r.old_trips:>3}"
+            f" | {r.save_ours:>7.2f}{r.save_ours / r.save_full:>5.2f}x"
+            f"{r.save_seed / r.save_full:>5.2f}x"
+        )
+
+
+def total(results: list[Result]) -> Result:
+    def med(attr: str) -> float:
+        return float(statistics.median(getattr(r, attr) for r in results))
+
+    return Result(
+        name="ALL",
+        saves=sum(r.saves for r in results),
+        ours=sum(r.ours for r in results),
+        full=sum(r.full for r in results),
+        seed=sum(r.seed for r in results),
+        limit=sum(r.limit for r in results),
+        load_ours=med("load_ours"),
+        load_seed=med("load_seed"),
+        floor=med("floor"),
+        load_old=med("load_old"),
+        old_gets=max(r.old_gets for r in results),
+        old_trips=max(r.old_trips for r in results),
+        save_ours=med("save_ours"),
+        save_full=med("save_full"),
+        save_seed=med("save_seed"),
+    )
+
+
+async def sweep(threads: list[Thread], depths: list[int], samples: int) -> None:
+    """max_chain_depth: bytes at rest, rewriting, GETs for old loads (memory storage)."""
+    print(
+        f"\nmax_chain_depth sweep ({len(threads)} threads, in-memory storage; rewrite ="
+        f" history bytes written / history bytes at rest)\n"
+        f"{'depth':>5} | {'at rest':>8}{'full/ours':>10} | {'written/save':>12}"
+        f"{'rewrite':>8} | {'old GETs max':>12}{'p50':>5}{'RT max':>7}\n{'-' * 75}"
+    )
+    full = sum(len(compressed_state(s)) for t in threads for s in t.states)
+    for depth in depths:
+        stored = log_stored = written = written_log = saves = trips = 0
+        gets: list[int] = []
+        for thread in threads:
+            inner = InMemoryDeltaStorage()
+            counted = CountingStorage(inner)
+            cp = DeltaCheckpointer(counted, max_chain_depth=depth)
+            ids = [await cp.save(s, "t") for s in thread.states]
+            saves += len(ids)
+            stored += await at_rest(inner, [""])
+            log_stored += await at_rest(inner, ["log/"])
+            written += counted.written
+            written_log += counted.written_log
+            for cid in random.Random(3).sample(ids[:-1], min(samples, len(ids) - 1)):
+                counted.trips = counted.gets = 0
+                await cp.load("t", cid)
+                gets.append(counted.gets)
+                trips = max(trips, counted.trips)
+        print(
+            f"{depth:>5} | {kb(stored):>8}{full / stored:>9.1f}x | {kb(written / saves):>12}"
+            f"{written_log / max(1, log_stored):>7.1f}x | {max(gets):>12}"
+            f"{statistics.median(gets):>5.0f}{trips:>7}"
+        )
+
+
+# -- storage ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """A moto S3 server in a subprocess (its own GIL), stopped on exit."""
+    import boto3
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                boto3.client("s3", endpoint_url=url, region_name="us-east-1").list_buckets()
+                break
+            except Exception:
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@contextmanager
+def open_storage(args: argparse.Namespace) -> Iterator[DeltaStorage]:
+    if args.storage == "memory":
+        yield InMemoryDeltaStorage()
+    elif args.storage == "file":
+        with tempfile.TemporaryDirectory(prefix="tulip-bench-") as d:
+            yield FileDeltaStorage(d, fsync=False)
+    elif args.endpoint_url:
+        yield s3_storage(args.endpoint_url)
+    else:
+        for var, value in (("AWS_ACCESS_KEY_ID", "bench"), ("AWS_SECRET_ACCESS_KEY", "bench")):
+            os.environ.setdefault(var, value)
+        with moto_server() as url:
+            yield s3_storage(url)
+
+
+def s3_storage(url: str) -> S3DeltaStorage:
+    import boto3
+
+    bucket = f"tulip-bench-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3", endpoint_url=url, region_name="us-east-1").create_bucket(Bucket=bucket)
+    return S3DeltaStorage(bucket, "bench", endpoint_url=url, region_name="us-east-1")
+
+
+# -- main ------------------------------------------------------------------------------
+
+
+def threads_from(args: argparse.Namespace) -> list[Thread]:
+    if args.dataset:
+        paths = sorted(Path(p) for pattern in args.dataset for p in glob.glob(pattern))
+        if not paths:
+            raise SystemExit(f"no files match {args.dataset}")
+        return [locomo_thread(p) for p in paths]
+    return [synthetic_thread(seed, args.turns) for seed in range(args.threads)]
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    threads = threads_from(args)
+    source = "LoCoMo" if args.dataset else f"synthetic agent threads ({args.turns} turns)"
+    with open_storage(args) as storage:
+        results = [await bench_thread(storage, t, args.depth, args.loads) for t in threads]
+        await storage.close()
+    table(
+        f"{source}: one save per turn, max_chain_depth={args.depth}, zlib 6, "
+        f"{args.storage} storage; sizes in KiB, times p50 in ms; ALL = sums, medians",
+        results,
+    )
+    if args.sweep:
+        await sweep(threads, [int(d) for d in args.sweep.split(",")], max(60, args.loads))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", action="append", help="LoCoMo JSON files (glob)")
+    parser.add_argument("--threads", type=int, default=3, help="synthetic threads")
+    parser.add_argument("--turns", type=int, default=400, help="turns per synthetic thread")
+    parser.add_argument("--depth", type=int, default=5, help="max_chain_depth")
+    parser.add_argument("--loads", type=int, default=30, help="loads timed per thread")
+    parser.add_argument("--storage", choices=["s3", "file", "memory"], default="s3")
+    parser.add_argument("--endpoint-url", help="an S3 endpoint instead of a moto subprocess")
+    parser.add_argument("--sweep", default="", help="depths to compare, e.g. 1,2,5,10")
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

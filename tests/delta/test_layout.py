@@ -1,0 +1,108 @@
+"""The merge plan alone (no I/O): objects per checkpoint stay within the documented bound."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from tests.delta.conftest import grow
+from tulip_memory.delta import InMemoryDeltaStorage
+from tulip_memory.delta.codec import encode_state
+from tulip_memory.delta.layout import (
+    Policy,
+    append,
+    finish_flush,
+    flush_level,
+    plan_flush,
+    read_plan,
+)
+from tulip_memory.delta.manifest import Entry, Manifest, decode_log
+
+
+def bound(depth: int, n: int) -> int:
+    """Documented GETs for an old checkpoint in an epoch of n entries (+1 tail object)."""
+    levels = math.floor(math.log(n, depth + 1) + 1e-9) if n > 1 else 0
+    return depth * levels + 1
+
+
+def entry(seq: int, kind: str = "delta") -> Entry:
+    payload = {"messages": []} if kind == "full" else ["{", {}, []]
+    return Entry(seq, 0, "0" * 16, kind, payload, size=10)  # type: ignore[arg-type]
+
+
+def simulate(depth: int, n: int) -> tuple[Manifest, dict[str, bytes], int]:
+    """n saves into one epoch; returns the manifest, live objects and the most GETs seen."""
+    m: Manifest | None = None
+    store: dict[str, bytes] = {}
+    worst = 0
+    for seq in range(n):
+        step = append(m, entry(seq, "full" if seq == 0 else "delta"), f"c{seq}", f"{seq:08x}", 1)
+        m = step.manifest
+        flush = plan_flush(m, depth + 1)
+        if flush is not None:
+            inputs = [e for o in flush.inputs for e in decode_log(o.name, store[o.name])]
+            step = finish_flush(m, flush, inputs, f"{seq:08x}", 1)
+            m = step.manifest
+            for name in step.retired:
+                del store[name]
+        store.update(step.writes)
+        if seq % 7 == 0 or seq == n - 1:
+            worst = max([worst, *(len(read_plan(m, s).objects) for s, _ in m.checkpoints)])
+    assert m is not None
+    return m, store, worst
+
+
+def test_flush_levels() -> None:
+    assert [flush_level(c, 3) for c in range(1, 10)] == [0, 0, 1, 0, 0, 1, 0, 0, 2]
+    assert flush_level(7, 1) == 1
+
+
+@pytest.mark.parametrize(("depth", "n"), [(1, 130), (2, 250), (5, 400), (5, 1300), (10, 300)])
+def test_reads_per_checkpoint_stay_within_the_bound(depth: int, n: int) -> None:
+    m, store, worst = simulate(depth, n)
+    assert worst <= bound(depth, n)
+    assert sorted(store) == sorted(m.object_names())  # nothing retired is still referenced
+    entries = sorted(e.seq for name in store for e in decode_log(name, store[name])) + [
+        e.seq for e in m.pending
+    ]
+    assert sorted(entries) == list(range(n))  # every entry stored exactly once
+
+
+def test_depth_zero_is_a_snapshot_per_save() -> None:
+    m: Manifest | None = None
+    for seq in range(5):
+        m = append(m, entry(seq, "full"), f"c{seq}", f"{seq:08x}", 1).manifest
+        flush = plan_flush(m, Policy(max_chain_depth=0).fanout)
+        assert flush is not None and flush.inputs == ()
+        m = finish_flush(m, flush, [], f"{seq:08x}", 1).manifest
+    assert m is not None and len(m.epochs) == 5
+    assert all(len(read_plan(m, s).objects) == 1 for s in range(5))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"max_chain_depth": -1},
+        {"compression_level": 10},
+        {"max_epoch_age": timedelta(0)},
+    ],
+)
+def test_bad_policies_fail_early(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        Policy(**bad)
+
+
+async def test_epochs_restart_when_older_than_max_epoch_age() -> None:
+    storage = InMemoryDeltaStorage()
+    log = storage.thread("t", Policy(max_epoch_age=timedelta(days=1)))
+    hour = 3600 * 10**6
+    for i, state in enumerate(grow(6)):
+        await log.append(encode_state(state.to_checkpoint()), f"c{i}", i * 10 * hour)
+    head = await log.head()
+    assert head is not None
+    assert [e.start for e in head.manifest.epochs] == [0, 3]  # at 0h, then at 30h (>= 24h later)
+    for i, state in enumerate(grow(6)):
+        assert await log.load(f"c{i}") == state.to_checkpoint()

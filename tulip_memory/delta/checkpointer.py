@@ -1,0 +1,203 @@
+"""``DeltaCheckpointer``: the seed's delta checkpointer over the layout of this package."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any
+from uuid import uuid4
+
+from tulip_memory.delta.codec import encode_state
+from tulip_memory.delta.errors import InvalidCheckpointIdError
+from tulip_memory.delta.keys import check_thread_id
+from tulip_memory.delta.layout import Policy
+from tulip_memory.delta.log import ThreadLog
+from tulip_memory.delta.manifest import to_micros
+from tulip_memory.delta.memory import InMemoryDeltaStorage
+from tulip_memory.delta.models import CheckpointMetadata
+from tulip_memory.delta.storage import DeltaStorage, ThreadPage
+from tulip_memory.state import AgentState
+
+MAX_CHECKPOINT_ID = 1024
+
+
+class DeltaCheckpointer:
+    """Delta-based checkpointer for efficient state persistence.
+
+    Each save stores what changed since the previous checkpoint (compressed) in an
+    immutable history, and rewrites the thread's head: the latest state plus the
+    index. The latest checkpoint loads in one GET, any older one in two round trips.
+    ``max_chain_depth`` bounds the objects read per merge level (see
+    :mod:`tulip_memory.delta` for the layout and its bounds); ``max_epoch_age``
+    (keyword-only, not in the seed) restarts the history with a snapshot once it is
+    that old, which age-based bucket lifecycle rules rely on.
+
+    Saves to one thread are serialised within this object; across processes the last
+    write wins, as with every tulip checkpointer.
+    """
+
+    def __init__(
+        self,
+        storage: DeltaStorage | None = None,
+        max_chain_depth: int = 5,
+        compression_level: int = 6,
+        *,
+        max_epoch_age: timedelta | None = None,
+    ) -> None:
+        Policy(max_chain_depth, compression_level, max_epoch_age)  # fail early
+        self.storage = storage or InMemoryDeltaStorage()
+        self.max_chain_depth = max_chain_depth
+        self.compression_level = compression_level
+        self.max_epoch_age = max_epoch_age
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @property
+    def policy(self) -> Policy:
+        """The layout policy of the current settings."""
+        return Policy(self.max_chain_depth, self.compression_level, self.max_epoch_age)
+
+    def _log(self, thread_id: str) -> ThreadLog:
+        return self.storage.thread(thread_id, self.policy)
+
+    @asynccontextmanager
+    async def _writing(self, thread_id: str) -> AsyncIterator[None]:
+        """Serialise this object's writes to one thread."""
+        lock, users = self._locks.get(thread_id, (asyncio.Lock(), 0))
+        self._locks[thread_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[thread_id]
+            if users == 1:
+                del self._locks[thread_id]
+            else:
+                self._locks[thread_id] = (lock, users - 1)
+
+    async def save(
+        self,
+        state: AgentState,
+        thread_id: str,
+        checkpoint_id: str | None = None,
+    ) -> str:
+        """Save agent state with delta compression.
+
+        Stores the change from the thread's latest checkpoint, or a full snapshot when
+        there is none, when a delta would not be smaller, or when what a delta builds
+        on cannot be read. Saving again under an existing id replaces that checkpoint
+        (the same state again under the latest id is a no-op). Raises
+        :class:`~tulip_memory.delta.errors.StateNotSerializableError` before writing
+        anything when JSON cannot carry the state exactly.
+
+        Returns:
+            Checkpoint ID for the saved state
+        """
+        checkpoint_id = checkpoint_id or uuid4().hex
+        _check_checkpoint_id(checkpoint_id)
+        check_thread_id(thread_id)
+        encoded = encode_state(state.to_checkpoint())
+        created = to_micros(datetime.now(UTC))
+        async with self._writing(thread_id):
+            await self._log(thread_id).append(encoded, checkpoint_id, created)
+        return checkpoint_id
+
+    async def load(
+        self,
+        thread_id: str,
+        checkpoint_id: str | None = None,
+    ) -> AgentState | None:
+        """Load agent state from checkpoint (latest if None); None if not found.
+
+        The latest state is one GET; an older one is the head and then its epoch's
+        objects in one concurrent round trip, replayed and checked against the
+        digest saved with it.
+        """
+        data = await self._log(thread_id).load(checkpoint_id)
+        return None if data is None else AgentState.from_checkpoint(data)
+
+    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
+        """List available checkpoint IDs, newest first (one GET)."""
+        head = await self._log(thread_id).head()
+        if head is None or limit <= 0:
+            return []
+        return [cid for _, cid in reversed(head.manifest.checkpoints[-limit:])]
+
+    async def get_metadata(self, thread_id: str, checkpoint_id: str) -> CheckpointMetadata | None:
+        """Get metadata for a specific checkpoint."""
+        checkpoint = await self._log(thread_id).retrieve(checkpoint_id)
+        return checkpoint.metadata if checkpoint else None
+
+    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
+        """Delete checkpoint(s): one (its successor is rebased) or the whole thread."""
+        async with self._writing(thread_id):
+            return await self.storage.delete(thread_id, checkpoint_id)
+
+    async def get_storage_stats(self, thread_id: str) -> dict[str, Any]:
+        """Get storage statistics for a thread.
+
+        Returns dict with: - total_checkpoints: Number of checkpoints - total_size:
+        Uncompressed size - compressed_size: Compressed size - compression_ratio:
+        Overall compression ratio - full_checkpoints: Number of full checkpoints -
+        delta_checkpoints: Number of delta checkpoints; and, for this layout,
+        stored_bytes (bytes at rest: head and history objects), storage_objects and
+        epochs.
+        """
+        stats = await self._log(thread_id).stats(limit=1000)
+        listed = stats.checkpoints
+        total = sum(m.size_bytes for m in listed)
+        compressed = sum(m.compressed_size_bytes for m in listed)
+        return {
+            "total_checkpoints": len(listed),
+            "total_size": total,
+            "compressed_size": compressed,
+            "compression_ratio": total / compressed if compressed > 0 else 1.0,
+            "full_checkpoints": sum(1 for m in listed if m.is_full),
+            "delta_checkpoints": sum(1 for m in listed if not m.is_full),
+            "stored_bytes": stats.stored_bytes,
+            "storage_objects": stats.objects,
+            "epochs": stats.epochs,
+        }
+
+    async def list_threads(self, limit: int | None = None) -> list[str]:
+        """Thread ids with checkpoints (all, or the first ``limit``), in storage order."""
+        return await self.storage.list_threads(limit)
+
+    async def list_threads_page(
+        self, page_size: int = 100, page_token: str | None = None
+    ) -> ThreadPage:
+        """One page of thread ids and the token of the next page."""
+        return await self.storage.list_threads_page(page_size, page_token)
+
+    def iter_threads(self, page_size: int = 100) -> AsyncIterator[str]:
+        """Every thread id, fetched page by page."""
+        return self.storage.iter_threads(page_size)
+
+    async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
+        """Branch: ``dest`` becomes a copy of ``source`` with all its checkpoints."""
+        async with self._writing(dest_thread_id):
+            return await self.storage.copy_thread(source_thread_id, dest_thread_id)
+
+    async def close(self) -> None:
+        await self.storage.close()
+
+    async def __aenter__(self) -> DeltaCheckpointer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+def _check_checkpoint_id(checkpoint_id: object) -> None:
+    if not isinstance(checkpoint_id, str) or not 0 < len(checkpoint_id) <= MAX_CHECKPOINT_ID:
+        raise InvalidCheckpointIdError(
+            f"checkpoint id must be a non-empty str of at most {MAX_CHECKPOINT_ID} "
+            f"characters, got {checkpoint_id!r:.80}"
+        )

@@ -1,0 +1,180 @@
+"""Pure JSON diff and patch: what changed between two states, and applying it.
+
+A *patch* turns one JSON value into another. It is itself JSON:
+
+- ``["=", value]``: replace with ``value``.
+- ``["{", {key: patch, ...}, [removed keys]]``: an object with some keys changed,
+  added (as ``["=", v]``) or removed.
+- ``["[", pieces]``: a list rebuilt from pieces, each either ``[i, j]`` (copy the old
+  items ``old[i:j]``) or ``{"+": [items]}`` (new items).
+
+Lists are matched item by item (common prefix and suffix, then
+:class:`difflib.SequenceMatcher` on the rest), so appended, truncated, inserted,
+removed and edited messages all cost only what changed. ``diff`` compares with
+``==``, which treats ``1``, ``1.0`` and ``True`` alike; callers that need exact JSON
+check the result (the checkpointer compares digests and falls back to a snapshot).
+"""
+
+from __future__ import annotations
+
+import json
+from difflib import SequenceMatcher
+from typing import Any
+
+Patch = list[Any]
+
+
+class PatchError(ValueError):
+    """A patch that does not apply to the value it was given."""
+
+
+def diff(old: Any, new: Any) -> Patch | None:
+    """A patch from ``old`` to ``new``, or None when they are equal."""
+    if old == new:
+        return None
+    if isinstance(old, dict) and isinstance(new, dict):
+        return _diff_object(old, new)
+    if isinstance(old, list) and isinstance(new, list):
+        return _diff_list(old, new)
+    return ["=", new]
+
+
+def _diff_object(old: dict[str, Any], new: dict[str, Any]) -> Patch:
+    changed: dict[str, Any] = {}
+    for key, value in new.items():
+        if key not in old:
+            changed[key] = ["=", value]
+            continue
+        sub = diff(old[key], value)
+        if sub is not None:
+            changed[key] = sub
+    removed = [key for key in old if key not in new]
+    return ["{", changed, removed]
+
+
+def _diff_list(old: list[Any], new: list[Any]) -> Patch:
+    prefix = _common_prefix(old, new)
+    suffix = _common_suffix(old[prefix:], new[prefix:])
+    pieces: list[Any] = []
+    if prefix:
+        pieces.append([0, prefix])
+    pieces.extend(_middle_pieces(old, new, prefix, suffix))
+    if suffix:
+        pieces.append([len(old) - suffix, len(old)])
+    if not any(isinstance(p, list) for p in pieces):
+        return ["=", new]
+    return ["[", _coalesce(pieces)]
+
+
+def _common_prefix(a: list[Any], b: list[Any]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _common_suffix(a: list[Any], b: list[Any]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[-1 - i] == b[-1 - i]:
+        i += 1
+    return i
+
+
+def _middle_pieces(old: list[Any], new: list[Any], prefix: int, suffix: int) -> list[Any]:
+    """Pieces for ``new[prefix:-suffix]`` from ``old[prefix:-suffix]``."""
+    a = old[prefix : len(old) - suffix]
+    b = new[prefix : len(new) - suffix]
+    if not b:
+        return []
+    if not a:
+        return [{"+": b}]
+    keys_a = [_item_key(x) for x in a]
+    keys_b = [_item_key(x) for x in b]
+    matcher = SequenceMatcher(None, keys_a, keys_b, autojunk=False)
+    pieces: list[Any] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            pieces.append([prefix + i1, prefix + i2])
+        elif tag in ("replace", "insert"):
+            pieces.append({"+": b[j1:j2]})
+    return pieces
+
+
+def _item_key(item: Any) -> str:
+    return json.dumps(item, sort_keys=True, separators=(",", ":"))
+
+
+def _coalesce(pieces: list[Any]) -> list[Any]:
+    """Adjacent copies of contiguous ranges, and adjacent inserts, made one."""
+    out: list[Any] = []
+    for piece in pieces:
+        last = out[-1] if out else None
+        if isinstance(piece, list) and isinstance(last, list) and last[1] == piece[0]:
+            out[-1] = [last[0], piece[1]]
+        elif isinstance(piece, dict) and isinstance(last, dict):
+            out[-1] = {"+": [*last["+"], *piece["+"]]}
+        else:
+            out.append(piece)
+    return out
+
+
+def apply(old: Any, patch: Patch) -> Any:
+    """The value ``patch`` makes of ``old``; :class:`PatchError` if it does not fit.
+
+    Unchanged parts of ``old`` are shared, not copied: treat both as immutable.
+    """
+    if not isinstance(patch, list) or not patch:
+        raise PatchError(f"not a patch: {patch!r:.80}")
+    op = patch[0]
+    if op == "=" and len(patch) == 2:
+        return patch[1]
+    if op == "{" and len(patch) == 3:
+        return _apply_object(old, patch[1], patch[2])
+    if op == "[" and len(patch) == 2:
+        return _apply_list(old, patch[1])
+    raise PatchError(f"unknown patch {op!r:.20}")
+
+
+def _apply_object(old: Any, changed: Any, removed: Any) -> dict[str, Any]:
+    if not isinstance(old, dict) or not isinstance(changed, dict):
+        raise PatchError("object patch on a value that is not an object")
+    if not isinstance(removed, list):
+        raise PatchError("object patch with malformed removals")
+    out = dict(old)
+    for key in removed:
+        if key not in out:
+            raise PatchError(f"removal of absent key {key!r:.40}")
+        del out[key]
+    for key, sub in changed.items():
+        if key in out:
+            out[key] = apply(out[key], sub)
+        elif isinstance(sub, list) and len(sub) == 2 and sub[0] == "=":
+            out[key] = sub[1]
+        else:
+            raise PatchError(f"patch of absent key {key!r:.40}")
+    return out
+
+
+def _apply_list(old: Any, pieces: Any) -> list[Any]:
+    if not isinstance(old, list) or not isinstance(pieces, list):
+        raise PatchError("list patch on a value that is not a list")
+    out: list[Any] = []
+    for piece in pieces:
+        if isinstance(piece, dict) and isinstance(piece.get("+"), list) and len(piece) == 1:
+            out.extend(piece["+"])
+        elif _is_range(piece, len(old)):
+            out.extend(old[piece[0] : piece[1]])
+        else:
+            raise PatchError(f"bad list piece {piece!r:.40} for {len(old)} items")
+    return out
+
+
+def _is_range(piece: Any, size: int) -> bool:
+    return (
+        isinstance(piece, list)
+        and len(piece) == 2
+        and all(type(x) is int for x in piece)
+        and 0 <= piece[0] < piece[1] <= size
+    )

@@ -1,0 +1,436 @@
+"""One thread's history on a :class:`~tulip_memory.delta.storage.DeltaStorage`.
+
+The I/O half of the layout: reads what :mod:`~tulip_memory.delta.layout` plans,
+writes what it produces, in this order: history objects, then the head (the commit
+point), then deletes of retired objects. A crash between steps leaves unreferenced
+objects, never a head that points at nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from tulip_memory.delta.codec import EncodedState, compress, dumps
+from tulip_memory.delta.diff import apply, diff
+from tulip_memory.delta.errors import CorruptCheckpointError, DeltaStorageError
+from tulip_memory.delta.keys import ThreadKeys
+from tulip_memory.delta.layout import (
+    Payload,
+    Policy,
+    ReadPlan,
+    Step,
+    append,
+    choose_payload,
+    epoch_plan,
+    finish_flush,
+    full_payload,
+    holders,
+    make_entry,
+    metadata,
+    plan_flush,
+    read_plan,
+    rebuild,
+    remove_entry,
+)
+from tulip_memory.delta.manifest import (
+    Entry,
+    Manifest,
+    ObjectRef,
+    decode_head_manifest,
+    decode_head_state,
+    decode_log,
+    decode_state_section,
+    encode_head,
+)
+from tulip_memory.delta.models import CheckpointMetadata, DeltaCheckpoint
+
+if TYPE_CHECKING:
+    from tulip_memory.delta.storage import DeltaStorage
+
+log = logging.getLogger(__name__)
+
+#: A load that finds an object gone (a concurrent save merged it) re-reads the head
+#: and tries again, at most this many times.
+RACE_RETRIES = 2
+
+
+@dataclass(frozen=True)
+class Head:
+    """A decoded head: the manifest, the compressed latest state, the object's size."""
+
+    manifest: Manifest
+    state_section: bytes
+    size: int
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What a thread stores: its checkpoints' metadata and its bytes at rest."""
+
+    checkpoints: list[CheckpointMetadata]
+    stored_bytes: int
+    objects: int
+    epochs: int
+
+
+class _Missing(Exception):
+    """An object the manifest names is gone (a race with a merge, or lost)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(key)
+
+
+class ThreadLog:
+    """The head and history of one thread."""
+
+    def __init__(self, storage: DeltaStorage, thread_id: str, policy: Policy) -> None:
+        self.storage = storage
+        self.keys = ThreadKeys.of(thread_id)
+        self.policy = policy
+
+    @property
+    def thread_id(self) -> str:
+        return self.keys.thread_id
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def _head_bytes(self) -> bytes | None:
+        return (await self.storage.read_objects([self.keys.head])).get(self.keys.head)
+
+    async def head(self) -> Head | None:
+        """The decoded head, None for a thread with no checkpoints."""
+        data = await self._head_bytes()
+        if data is None:
+            return None
+        manifest, section = decode_head_manifest(self.keys.head, data)
+        return Head(manifest, section, len(data))
+
+    async def load(self, checkpoint_id: str | None = None) -> dict[str, Any] | None:
+        """The state of a checkpoint (the latest if None): 1 round trip, else 2."""
+        missing = ""
+        for _ in range(RACE_RETRIES + 1):
+            data = await self._head_bytes()
+            if data is None:
+                return None
+            if checkpoint_id is None:
+                return decode_head_state(self.keys.head, data)
+            manifest, section = decode_head_manifest(self.keys.head, data)
+            seq = manifest.seq_of(checkpoint_id)
+            if seq is None:
+                return None
+            if manifest.latest == (seq, checkpoint_id):
+                return decode_state_section(self.keys.head, section)
+            try:
+                return await self._rebuild(manifest, seq)
+            except _Missing as e:
+                missing = e.key
+        raise CorruptCheckpointError(missing, "object missing (deleted or never written)")
+
+    async def _rebuild(self, manifest: Manifest, seq: int) -> dict[str, Any]:
+        plan = read_plan(manifest, seq)
+        return rebuild(await self._sources(plan), seq)
+
+    async def _sources(self, plan: ReadPlan) -> list[tuple[str, Entry]]:
+        groups = await self._groups(plan.objects)
+        sources = [(self.keys.log(ref.name), e) for ref, entries in groups for e in entries]
+        return sources + [(self.keys.head, e) for e in plan.pending]
+
+    async def _groups(self, refs: Sequence[ObjectRef]) -> list[tuple[ObjectRef, list[Entry]]]:
+        """The entries of each object, read in one round trip."""
+        if not refs:
+            return []
+        keys = [self.keys.log(r.name) for r in refs]
+        got = await self.storage.read_objects(keys)
+        groups: list[tuple[ObjectRef, list[Entry]]] = []
+        for ref, key in zip(refs, keys, strict=True):
+            data = got.get(key)
+            if data is None:
+                raise _Missing(key)
+            groups.append((ref, decode_log(key, data)))
+        return groups
+
+    async def _entries(self, manifest: Manifest, seqs: Iterable[int]) -> dict[int, Entry]:
+        wanted = set(seqs)
+        groups = await self._groups(holders(manifest, wanted))
+        found = {e.seq: e for _, entries in groups for e in entries}
+        found.update({e.seq: e for e in manifest.pending})
+        return {s: found[s] for s in wanted if s in found}
+
+    async def metadata(self, limit: int = 10) -> list[CheckpointMetadata]:
+        """Metadata of the newest ``limit`` checkpoints, newest first."""
+        return (await self._metadata(limit))[0]
+
+    async def _metadata(self, limit: int) -> tuple[list[CheckpointMetadata], Head | None]:
+        for _ in range(RACE_RETRIES + 1):
+            head = await self.head()
+            if head is None or limit <= 0:
+                return [], head
+            m = head.manifest
+            seqs = [s for s, _ in reversed(m.checkpoints[-limit:])]
+            try:
+                entries = await self._entries(m, seqs)
+            except _Missing:
+                continue
+            level = self.policy.compression_level
+            found = [metadata(m, entries[s], self.thread_id, level) for s in seqs if s in entries]
+            return found, head
+        raise CorruptCheckpointError(self.keys.head, "history keeps changing under a listing")
+
+    async def stats(self, limit: int = 1000) -> Stats:
+        """Metadata of up to ``limit`` checkpoints and the bytes the thread stores."""
+        listed, head = await self._metadata(limit)
+        if head is None:
+            return Stats([], 0, 0, 0)
+        m = head.manifest
+        objects = sum(len(e.objects) for e in m.epochs)
+        return Stats(listed, head.size + m.stored_bytes(), objects + 1, len(m.epochs))
+
+    async def retrieve(self, checkpoint_id: str) -> DeltaCheckpoint | None:
+        """One checkpoint's metadata and its own compressed payload."""
+        for _ in range(RACE_RETRIES + 1):
+            head = await self.head()
+            seq = head.manifest.seq_of(checkpoint_id) if head else None
+            if head is None or seq is None:
+                return None
+            try:
+                entry = (await self._entries(head.manifest, [seq]))[seq]
+            except _Missing:
+                continue
+            data = compress(dumps(entry.payload), self.policy.compression_level)
+            meta = metadata(head.manifest, entry, self.thread_id, self.policy.compression_level)
+            return DeltaCheckpoint(metadata=meta, data=data, is_delta=entry.kind == "delta")
+        raise CorruptCheckpointError(self.keys.head, "history keeps changing under a read")
+
+    # -- saving ------------------------------------------------------------------------
+
+    async def _head_for_write(self) -> tuple[Head | None, dict[str, Any] | None]:
+        """The head and latest state a save builds on; unreadable parts are skipped.
+
+        A corrupt head must not stop a save: without a manifest the thread starts
+        over; without a readable state the save starts a new epoch with a snapshot.
+        """
+        try:
+            head = await self.head()
+        except CorruptCheckpointError as e:
+            log.warning("thread %r: %s; starting a fresh history", self.thread_id, e)
+            return None, None
+        if head is None:
+            return None, None
+        try:
+            return head, decode_state_section(self.keys.head, head.state_section)
+        except CorruptCheckpointError as e:
+            log.warning("thread %r: %s; saving a snapshot", self.thread_id, e)
+            return head, None
+
+    async def append(self, new: EncodedState, checkpoint_id: str, created_us: int) -> None:
+        """Save ``new`` as checkpoint ``checkpoint_id``, the thread's newest."""
+        head, previous = await self._head_for_write()
+        seq = head.manifest.seq_of(checkpoint_id) if head else None
+        if head is not None and seq is not None:
+            is_latest = head.manifest.latest == (seq, checkpoint_id)
+            if is_latest and head.manifest.head_digest == new.digest:
+                return  # the same save again (a retry): nothing to do
+            await self.delete_checkpoint(checkpoint_id)  # a new state under an old id
+            head, previous = await self._head_for_write()
+        manifest = head.manifest if head else None
+        level = self.policy.compression_level
+        section = compress(new.raw, level)
+        payload = choose_payload(manifest, previous, new, self.policy, created_us)
+        step = await self._append_step(manifest, new, checkpoint_id, created_us, payload)
+        latest = step.manifest.latest
+        new_epoch = latest is not None and step.manifest.epochs[-1].start == latest[0]
+        await self._commit(step, section, manifest, write_name=new_epoch)
+
+    async def _append_step(
+        self,
+        manifest: Manifest | None,
+        new: EncodedState,
+        checkpoint_id: str,
+        created_us: int,
+        payload: Payload,
+    ) -> Step:
+        nonce = secrets.token_hex(4)
+        level = self.policy.compression_level
+        entry = make_entry(manifest, created_us, new.digest, payload)
+        step = append(manifest, entry, checkpoint_id, nonce, level)
+        flush = plan_flush(step.manifest, self.policy.fanout)
+        if flush is None:
+            return step
+        try:
+            groups = await self._groups(flush.inputs)
+        except (CorruptCheckpointError, _Missing) as e:
+            if payload.kind == "full":
+                raise
+            # A merge input is unreadable: save a snapshot instead, in a new epoch;
+            # the old epoch keeps the bad object and only its checkpoints fail to load.
+            log.warning("thread %r: merge skipped (%s); saving a snapshot", self.thread_id, e)
+            full = full_payload(new)
+            return await self._append_step(manifest, new, checkpoint_id, created_us, full)
+        inputs = [e for _, entries in groups for e in entries]
+        merged = finish_flush(step.manifest, flush, inputs, nonce, level)
+        return Step(merged.manifest, {**step.writes, **merged.writes}, merged.retired)
+
+    async def _commit(
+        self, step: Step, section: bytes, previous: Manifest | None, *, write_name: bool
+    ) -> None:
+        """Objects, then the head, then deletes of what is retired.
+
+        ``write_name`` (re)writes a hashed thread's name object; saves do it at each
+        epoch start, so under age-based lifecycle rules it never expires while the
+        thread is active.
+        """
+        writes = {self.keys.log(name): data for name, data in step.writes.items()}
+        name_key = self.keys.name
+        if write_name and name_key is not None:
+            writes[name_key] = self.thread_id.encode("utf-8", "surrogatepass")
+        if writes:
+            await self.storage.write_objects(writes)
+        level = self.policy.compression_level
+        head = encode_head(step.manifest, section, level)
+        await self.storage.write_objects({self.keys.head: head})
+        stale = {*step.retired, *(previous.garbage if previous else ())}
+        if stale:
+            try:
+                await self.storage.delete_objects([self.keys.log(n) for n in sorted(stale)])
+            except DeltaStorageError as e:  # committed already; the next save retries
+                log.warning("thread %r: could not delete retired objects: %s", self.thread_id, e)
+
+    # -- deleting and copying ----------------------------------------------------------
+
+    async def delete_checkpoint(self, checkpoint_id: str) -> bool:
+        """Delete one checkpoint; the next one is rebased on the previous, never orphaned."""
+        head = await self.head()
+        seq = head.manifest.seq_of(checkpoint_id) if head else None
+        if head is None or seq is None:
+            return False
+        m = head.manifest
+        if len(m.checkpoints) == 1:
+            return await self.drop()
+        index = m.epoch_of(seq)
+        plan = epoch_plan(m, index)
+        groups: list[tuple[ObjectRef | None, Sequence[Entry]]] = []
+        try:
+            groups.extend(await self._groups(plan.objects))
+        except _Missing as e:
+            raise CorruptCheckpointError(e.key, "object missing") from e
+        groups.append((None, plan.pending))
+        entries = sorted((e for _, es in groups for e in es), key=lambda e: e.seq)
+        states = self._states_around(groups, entries, seq)
+        replacement = self._rebased(entries, seq, states)
+        nonce = secrets.token_hex(4)
+        step = remove_entry(
+            m, index, groups, seq, replacement, nonce, self.policy.compression_level
+        )
+        section = head.state_section
+        if m.latest is not None and m.latest[0] == seq:
+            state, state_digest = await self._new_latest(step.manifest, entries, seq, states)
+            section = compress(dumps(state), self.policy.compression_level)
+            step = replace(step, manifest=replace(step.manifest, head_digest=state_digest))
+        await self._commit(step, section, m, write_name=False)
+        return True
+
+    def _states_around(
+        self,
+        groups: Sequence[tuple[ObjectRef | None, Sequence[Entry]]],
+        entries: Sequence[Entry],
+        seq: int,
+    ) -> dict[int, dict[str, Any]]:
+        """The states of the entries just before and after ``seq`` in its epoch."""
+        i = next(k for k, e in enumerate(entries) if e.seq == seq)
+        wanted = [e.seq for e in entries[max(0, i - 1) : i + 2] if e.seq != seq]
+        keyed = self._keyed(groups)
+        return {s: rebuild(keyed, s) for s in wanted}
+
+    def _keyed(
+        self, groups: Sequence[tuple[ObjectRef | None, Sequence[Entry]]]
+    ) -> list[tuple[str, Entry]]:
+        return [
+            (self.keys.log(ref.name) if ref else self.keys.head, e)
+            for ref, es in groups
+            for e in es
+        ]
+
+    def _rebased(
+        self, entries: Sequence[Entry], seq: int, states: dict[int, dict[str, Any]]
+    ) -> Entry | None:
+        """The entry after ``seq``, rewritten to apply to the entry before it."""
+        i = next(k for k, e in enumerate(entries) if e.seq == seq)
+        if i + 1 >= len(entries):
+            return None
+        succ = entries[i + 1]
+        target = states[succ.seq]
+        raw = dumps(target)
+        payload = Payload("full", target, len(raw))
+        if i > 0:
+            patch = diff(states[entries[i - 1].seq], target) or ["{", {}, []]
+            praw = dumps(patch)
+            exact = dumps(apply(states[entries[i - 1].seq], patch)) == raw
+            if len(praw) < len(raw) and exact:
+                payload = Payload("delta", patch, len(praw))
+        return replace(succ, kind=payload.kind, payload=payload.value, size=payload.size)
+
+    async def _new_latest(
+        self,
+        m: Manifest,
+        entries: Sequence[Entry],
+        seq: int,
+        states: dict[int, dict[str, Any]],
+    ) -> tuple[dict[str, Any], str]:
+        """The state and digest of the newest checkpoint once ``seq`` is gone."""
+        before = [e for e in entries if e.seq < seq]
+        if before:
+            return states[before[-1].seq], before[-1].digest
+        latest = m.latest
+        assert latest is not None  # the caller drops a thread left without checkpoints
+        plan = read_plan(m, latest[0])
+        try:
+            sources = await self._sources(plan)
+        except _Missing as e:
+            raise CorruptCheckpointError(e.key, "object missing") from e
+        target = next(e for _, e in sources if e.seq == latest[0])
+        return rebuild(sources, latest[0]), target.digest
+
+    async def drop(self) -> bool:
+        """Delete the thread: the head first (it disappears at once), then the rest."""
+        page = await self.storage.list_objects(self.keys.head, limit=1)
+        existed = self.keys.head in page.keys
+        if existed:
+            await self.storage.delete_objects([self.keys.head])
+        history: list[str] = []
+        token: str | None = None
+        while True:
+            listing = await self.storage.list_objects(self.keys.log_prefix, start_after=token)
+            history.extend(listing.keys)
+            if not listing.truncated or not listing.keys:
+                break
+            token = listing.keys[-1]
+        rest = history + ([self.keys.name] if self.keys.name else [])
+        if rest:
+            await self.storage.delete_objects(rest)
+        return existed or bool(history)
+
+    async def copy_to(self, dest: ThreadLog) -> bool:
+        """Copy this thread to ``dest`` (replacing it): history server-side, then the head."""
+        if dest.keys == self.keys:
+            return await self._head_bytes() is not None
+        for _ in range(RACE_RETRIES + 1):
+            data = await self._head_bytes()
+            if data is None:
+                return False
+            manifest, _ = decode_head_manifest(self.keys.head, data)
+            await dest.drop()
+            names = manifest.object_names()
+            pairs = [(self.keys.log(n), dest.keys.log(n)) for n in names]
+            if pairs and await self.storage.copy_objects(pairs):
+                continue  # a concurrent save merged some objects away: start over
+            if dest.keys.name:
+                name = dest.thread_id.encode("utf-8", "surrogatepass")
+                await self.storage.write_objects({dest.keys.name: name})
+            await self.storage.write_objects({dest.keys.head: data})
+            return True
+        raise CorruptCheckpointError(self.keys.head, "history keeps changing under a copy")

@@ -1,0 +1,284 @@
+"""What a thread's head and history objects hold, and their one (de)serialization path.
+
+- :class:`Entry`: one checkpoint in the history: a full state (``kind == "full"``) or
+  a patch from the previous entry's state, with its id, time, sizes and the digest of
+  the state it yields.
+- :class:`ObjectRef`: one immutable history object holding the entries of seqs
+  ``first..last``, at merge ``level``.
+- :class:`Epoch`: a run of history that starts with a full entry; only its objects are
+  read to rebuild any of its checkpoints.
+- :class:`Manifest`: the index in the head: live checkpoints, epochs, the newest
+  entries not yet in an object (``pending``) and keys retired by the last save.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from tulip_memory.delta.codec import (
+    KIND_HEAD,
+    KIND_LOG,
+    compress,
+    decode_frame,
+    decompress_json,
+    dumps,
+    encode_frame,
+)
+from tulip_memory.delta.errors import CorruptCheckpointError
+
+FORMAT = 1
+_EPOCH0 = datetime(1970, 1, 1, tzinfo=UTC)
+
+Kind = Literal["full", "delta"]
+
+
+def to_micros(when: datetime) -> int:
+    """Microseconds since the Unix epoch (UTC)."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - _EPOCH0) // timedelta(microseconds=1)
+
+
+def from_micros(micros: int) -> datetime:
+    """Inverse of :func:`to_micros`."""
+    return _EPOCH0 + timedelta(microseconds=micros)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One checkpoint in the history (its id lives in the manifest, not here).
+
+    ``size`` is the payload's canonical JSON size when known (-1: computed on demand).
+    """
+
+    seq: int
+    created_us: int
+    digest: str
+    kind: Kind
+    payload: Any
+    size: int = field(default=-1, compare=False)
+
+    @property
+    def raw_size(self) -> int:
+        return self.size if self.size >= 0 else len(dumps(self.payload))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "s": self.seq,
+            "t": self.created_us,
+            "h": self.digest,
+            "f" if self.kind == "full" else "d": self.payload,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Entry:
+        full = "f" in d
+        entry = cls(
+            seq=d["s"],
+            created_us=d["t"],
+            digest=d["h"],
+            kind="full" if full else "delta",
+            payload=d["f"] if full else d["d"],
+        )
+        _require(
+            isinstance(entry.seq, int)
+            and isinstance(entry.created_us, int)
+            and isinstance(entry.digest, str),
+            "malformed entry",
+        )
+        return entry
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """An immutable history object: entries ``first..last`` merged at ``level``."""
+
+    name: str
+    level: int
+    first: int
+    last: int
+    size: int
+
+    def to_json(self) -> list[Any]:
+        return [self.name, self.level, self.first, self.last, self.size]
+
+    @classmethod
+    def from_json(cls, d: Sequence[Any]) -> ObjectRef:
+        name, level, first, last, size = d
+        _require(isinstance(name, str) and "/" in name and ".." not in name, "bad object name")
+        return cls(name=name, level=int(level), first=int(first), last=int(last), size=int(size))
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """History from one full entry on; ``closed`` once a later epoch has begun."""
+
+    start: int
+    objects: tuple[ObjectRef, ...] = ()
+    payload_bytes: int = 0
+    closed: bool = False
+    started_us: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "start": self.start,
+            "started": self.started_us,
+            "objects": [o.to_json() for o in self.objects],
+            "bytes": self.payload_bytes,
+            "closed": self.closed,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Epoch:
+        return cls(
+            start=int(d["start"]),
+            objects=tuple(ObjectRef.from_json(o) for o in d["objects"]),
+            payload_bytes=int(d["bytes"]),
+            closed=bool(d["closed"]),
+            started_us=int(d["started"]),
+        )
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The head's index of a thread."""
+
+    next_seq: int = 0
+    checkpoints: tuple[tuple[int, str], ...] = ()
+    epochs: tuple[Epoch, ...] = ()
+    pending: tuple[Entry, ...] = ()
+    garbage: tuple[str, ...] = ()
+    head_digest: str = ""
+
+    def seq_of(self, checkpoint_id: str) -> int | None:
+        """The seq of a live checkpoint, or None."""
+        for seq, cid in reversed(self.checkpoints):
+            if cid == checkpoint_id:
+                return seq
+        return None
+
+    @property
+    def latest(self) -> tuple[int, str] | None:
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    def epoch_of(self, seq: int) -> int:
+        """Index of the epoch holding ``seq``."""
+        index = 0
+        for i, epoch in enumerate(self.epochs):
+            if epoch.start <= seq:
+                index = i
+        return index
+
+    def object_names(self) -> list[str]:
+        return [o.name for e in self.epochs for o in e.objects]
+
+    def stored_bytes(self) -> int:
+        return sum(o.size for e in self.epochs for o in e.objects)
+
+    def with_epoch(self, index: int, epoch: Epoch) -> Manifest:
+        epochs = list(self.epochs)
+        epochs[index] = epoch
+        return replace(self, epochs=tuple(epochs))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "next": self.next_seq,
+            "seqs": _runs([s for s, _ in self.checkpoints]),
+            "ids": [c for _, c in self.checkpoints],
+            "epochs": [e.to_json() for e in self.epochs],
+            "pending": [e.to_json() for e in self.pending],
+            "garbage": list(self.garbage),
+            "digest": self.head_digest,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Manifest:
+        _require(d.get("format") == FORMAT, f"unknown manifest format {d.get('format')!r}")
+        ids = d["ids"]
+        seqs = _unruns(d["seqs"], len(ids))
+        return cls(
+            next_seq=int(d["next"]),
+            checkpoints=tuple((int(s), str(c)) for s, c in zip(seqs, ids, strict=True)),
+            epochs=tuple(Epoch.from_json(e) for e in d["epochs"]),
+            pending=tuple(Entry.from_json(e) for e in d["pending"]),
+            garbage=tuple(str(g) for g in d["garbage"]),
+            head_digest=str(d["digest"]),
+        )
+
+
+def _runs(seqs: list[int]) -> list[list[int]]:
+    """Ascending seqs as ``[first, count]`` runs (they are contiguous but for deletes)."""
+    runs: list[list[int]] = []
+    for s in seqs:
+        if runs and runs[-1][0] + runs[-1][1] == s:
+            runs[-1][1] += 1
+        else:
+            runs.append([s, 1])
+    return runs
+
+
+def _unruns(runs: Sequence[Sequence[int]], expected: int) -> list[int]:
+    _require(sum(int(count) for _, count in runs) == expected, "seqs and ids differ in length")
+    return [int(first) + i for first, count in runs for i in range(int(count))]
+
+
+def _require(ok: bool, reason: str) -> None:
+    if not ok:
+        raise ValueError(reason)
+
+
+def encode_head(manifest: Manifest, state_section: bytes, level: int) -> bytes:
+    """A head object: the manifest, then the latest state (already compressed)."""
+    return encode_frame(KIND_HEAD, [compress(dumps(manifest.to_json()), level), state_section])
+
+
+def decode_head_manifest(key: str, data: bytes) -> tuple[Manifest, bytes]:
+    """The manifest of a head object and its still-compressed state section."""
+    manifest_section, state_section = _head_sections(key, data)
+    try:
+        manifest = Manifest.from_json(decompress_json(key, manifest_section))
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptCheckpointError(key, f"malformed manifest: {e}") from e
+    return manifest, state_section
+
+
+def decode_head_state(key: str, data: bytes) -> dict[str, Any]:
+    """The latest state in a head object, without parsing the manifest."""
+    return decode_state_section(key, _head_sections(key, data)[1])
+
+
+def decode_state_section(key: str, section: bytes) -> dict[str, Any]:
+    state = decompress_json(key, section)
+    if not isinstance(state, dict):
+        raise CorruptCheckpointError(key, "head state is not an object")
+    return state
+
+
+def _head_sections(key: str, data: bytes) -> tuple[bytes, bytes]:
+    sections = decode_frame(key, data, KIND_HEAD)
+    if len(sections) != 2:
+        raise CorruptCheckpointError(key, f"head has {len(sections)} sections, expected 2")
+    return sections[0], sections[1]
+
+
+def encode_log(entries: Iterable[Entry], level: int) -> bytes:
+    """A history object holding ``entries``."""
+    return encode_frame(KIND_LOG, [compress(dumps([e.to_json() for e in entries]), level)])
+
+
+def decode_log(key: str, data: bytes) -> list[Entry]:
+    """The entries of a history object; errors name ``key``."""
+    sections = decode_frame(key, data, KIND_LOG)
+    if len(sections) != 1:
+        raise CorruptCheckpointError(key, f"history object has {len(sections)} sections")
+    raw = decompress_json(key, sections[0])
+    try:
+        if not isinstance(raw, list):
+            raise TypeError("not a list of entries")
+        return [Entry.from_json(e) for e in raw]
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptCheckpointError(key, f"malformed entries: {e}") from e

@@ -1,0 +1,183 @@
+"""The storage contract of delta checkpointing (:class:`DeltaStorage`).
+
+A backend implements five byte-level operations, no more: read objects by key (one
+round trip: their GETs run concurrently), write, delete, list by prefix (paginated)
+and copy (server-side where the backend can). Everything the seed's contract does
+(``store``, ``retrieve``, ``list_checkpoints``, ``delete``) and the thread lifecycle
+(``list_threads``, ``copy_thread``) is built once, here, on those five, over the
+layout of :mod:`tulip_memory.delta` — so every backend stores the same objects and
+passes the same conformance suite.
+"""
+
+from __future__ import annotations
+
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from tulip_memory.delta.codec import encode_state, loads
+from tulip_memory.delta.diff import PatchError, apply
+from tulip_memory.delta.errors import CorruptCheckpointError
+from tulip_memory.delta.keys import HEADS, head_key_thread
+from tulip_memory.delta.layout import Policy
+from tulip_memory.delta.log import ThreadLog
+from tulip_memory.delta.manifest import to_micros
+from tulip_memory.delta.models import CheckpointMetadata, DeltaCheckpoint
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """A stored object: its key and size in bytes."""
+
+    key: str
+    size: int
+
+
+@dataclass(frozen=True)
+class ObjectPage:
+    """One page of a listing, in key order; ``truncated`` when more follow."""
+
+    objects: tuple[ObjectInfo, ...]
+    truncated: bool
+
+    @property
+    def keys(self) -> list[str]:
+        return [o.key for o in self.objects]
+
+
+@dataclass(frozen=True)
+class ThreadPage:
+    """One page of thread ids; pass ``next_page_token`` for the next (None: the last)."""
+
+    thread_ids: tuple[str, ...]
+    next_page_token: str | None
+
+
+class DeltaStorage(ABC):
+    """Abstract storage backend for delta checkpoints."""
+
+    # -- the backend contract: bytes by key ------------------------------------------
+
+    @abstractmethod
+    async def read_objects(self, keys: Sequence[str]) -> dict[str, bytes | None]:
+        """The bytes at each key (None if absent), in one round trip."""
+
+    @abstractmethod
+    async def write_objects(self, objects: Mapping[str, bytes]) -> None:
+        """Write each object whole (readers see all of it or the previous one)."""
+
+    @abstractmethod
+    async def delete_objects(self, keys: Sequence[str]) -> None:
+        """Delete the keys; absent keys are not an error."""
+
+    @abstractmethod
+    async def list_objects(
+        self, prefix: str, *, start_after: str | None = None, limit: int = 1000
+    ) -> ObjectPage:
+        """Keys starting with ``prefix`` and after ``start_after``, in key order."""
+
+    async def copy_objects(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
+        """Copy ``(source, dest)`` pairs; returns the sources that were missing.
+
+        This default reads and writes; backends that can copy server-side override it.
+        """
+        got = await self.read_objects([s for s, _ in pairs])
+        await self.write_objects({d: got[s] or b"" for s, d in pairs if got[s] is not None})
+        return [s for s, _ in pairs if got[s] is None]
+
+    async def close(self) -> None:  # noqa: B027 - optional for backends holding nothing
+        """Release what the backend holds (threads, connections)."""
+
+    # -- threads ---------------------------------------------------------------------
+
+    def thread(self, thread_id: str, policy: Policy | None = None) -> ThreadLog:
+        """The history of one thread on this storage."""
+        return ThreadLog(self, thread_id, policy or Policy())
+
+    async def list_threads_page(
+        self, page_size: int = 100, page_token: str | None = None
+    ) -> ThreadPage:
+        """One page of thread ids, in storage order (hash-spread, stable)."""
+        page = await self.list_objects(HEADS, start_after=page_token, limit=page_size)
+        resolved = [head_key_thread(k) for k in page.keys]
+        names = (
+            await self.read_objects([n for _, n in resolved if n])
+            if any(n for _, n in resolved)
+            else {}
+        )
+        ids: list[str] = []
+        for tid, name_key in resolved:
+            raw = names.get(name_key) if name_key else None
+            if tid is None and raw is not None:
+                tid = raw.decode("utf-8", "surrogatepass")
+            if tid is not None:
+                ids.append(tid)
+        token = page.keys[-1] if page.truncated and page.keys else None
+        return ThreadPage(thread_ids=tuple(ids), next_page_token=token)
+
+    async def iter_threads(self, page_size: int = 100) -> AsyncIterator[str]:
+        """Every thread id, page by page."""
+        token: str | None = None
+        while True:
+            page = await self.list_threads_page(page_size, token)
+            for tid in page.thread_ids:
+                yield tid
+            if page.next_page_token is None:
+                return
+            token = page.next_page_token
+
+    async def list_threads(self, limit: int | None = None) -> list[str]:
+        """Thread ids (all, or the first ``limit``) in storage order."""
+        out: list[str] = []
+        async for tid in self.iter_threads():
+            if limit is not None and len(out) >= limit:
+                break
+            out.append(tid)
+        return out
+
+    async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
+        """Copy a thread with all its checkpoints; replaces ``dest`` if it exists.
+
+        History objects are copied server-side; the head is written from the bytes
+        read, so the copy is consistent even while the source is being saved to.
+        Returns False when the source has no checkpoints.
+        """
+        return await self.thread(source_thread_id).copy_to(self.thread(dest_thread_id))
+
+    # -- the seed's contract ---------------------------------------------------------
+
+    async def store(self, thread_id: str, checkpoint_id: str, checkpoint: DeltaCheckpoint) -> None:
+        """Store a checkpoint as the thread's newest.
+
+        ``checkpoint.data`` is zlib-compressed JSON: a full state, or (``is_delta``) a
+        patch applied to the thread's latest state. The layout decides how it is kept.
+        """
+        log = self.thread(thread_id)
+        try:
+            value = loads(zlib.decompress(checkpoint.data))
+        except (zlib.error, ValueError) as e:
+            raise CorruptCheckpointError(checkpoint_id, f"undecodable checkpoint data: {e}") from e
+        if checkpoint.is_delta:
+            base = await log.load()
+            try:
+                value = apply(base if base is not None else {}, value)
+            except PatchError as e:
+                raise CorruptCheckpointError(checkpoint_id, f"delta does not apply: {e}") from e
+        created = to_micros(checkpoint.metadata.created_at)
+        await log.append(encode_state(value), checkpoint_id, created)
+
+    async def retrieve(self, thread_id: str, checkpoint_id: str) -> DeltaCheckpoint | None:
+        """Retrieve a checkpoint (its own payload: the state, or its patch)."""
+        return await self.thread(thread_id).retrieve(checkpoint_id)
+
+    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[CheckpointMetadata]:
+        """List checkpoint metadata, newest first."""
+        return await self.thread(thread_id).metadata(limit)
+
+    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
+        """Delete one checkpoint (its successor is rebased, never orphaned) or the thread."""
+        log = self.thread(thread_id)
+        if checkpoint_id is None:
+            return await log.drop()
+        return await log.delete_checkpoint(checkpoint_id)

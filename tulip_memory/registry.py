@@ -1,0 +1,198 @@
+"""String-based checkpointer lookup (``tulip.memory.registry``).
+
+Used when configuration passes a provider name instead of an instance. Format:
+``"provider"`` or ``"provider:config_hint"``, split at the first colon; the hint is
+passed to the provider's factory as the keyword ``config_hint``, with any other
+keyword arguments. Built in:
+
+- ``"memory"``: a :class:`~tulip_memory.delta.DeltaCheckpointer` in process memory;
+- ``"file:./dir"`` (or ``"file:///abs/dir"``): delta checkpoints under a directory;
+- ``"s3:bucket"``, ``"s3:bucket/prefix"`` (or ``"s3://bucket/prefix"``): on any S3 API;
+  ``endpoint_url=`` selects it, else ``TULIP_S3_ENDPOINT_URL``, else AWS.
+
+Other packages add providers with :func:`register_checkpointer`, or declare them as
+entry points in the ``tulip_memory.checkpointers`` group (loaded on first lookup
+miss). A wrapping provider receives the rest of the string as its hint, so
+``"queued:s3:bucket/prefix"`` reaches a ``"queued"`` factory with
+``config_hint="s3:bucket/prefix"``, which it can resolve with :func:`get_checkpointer`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import timedelta
+from importlib.metadata import entry_points
+from typing import Any, Protocol, runtime_checkable
+
+from tulip_memory.delta import DeltaCheckpointer, FileDeltaStorage, S3DeltaStorage
+from tulip_memory.errors import TulipMemoryError
+from tulip_memory.state import AgentState
+
+ENTRY_POINT_GROUP = "tulip_memory.checkpointers"
+
+
+@runtime_checkable
+class BaseCheckpointer(Protocol):
+    """What every checkpointer does: per-thread state, saved and loaded by id."""
+
+    async def save(
+        self, state: AgentState, thread_id: str, checkpoint_id: str | None = None
+    ) -> str: ...
+
+    async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None: ...
+
+    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]: ...
+
+    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool: ...
+
+
+CheckpointerFactory = Callable[..., BaseCheckpointer]
+
+
+class UnknownCheckpointerError(TulipMemoryError, ValueError):
+    """A provider name no factory is registered for (a :class:`ValueError`, as the seed's)."""
+
+    def __init__(self, provider: str, available: list[str]) -> None:
+        self.provider = provider
+        self.available = available
+        super().__init__(
+            f"Unknown checkpointer provider: '{provider}'. "
+            f"Available providers: {available}. "
+            f"Install optional dependencies or register a custom provider."
+        )
+
+
+def _hint(config_hint: str | None) -> str:
+    """The hint without the ``//`` of the URL spelling (``s3://b/p`` → ``b/p``)."""
+    hint = config_hint or ""
+    return hint[2:] if hint.startswith("//") else hint
+
+
+def _memory(
+    *,
+    config_hint: str | None = None,
+    max_chain_depth: int = 5,
+    compression_level: int = 6,
+    max_epoch_age: timedelta | None = None,
+) -> DeltaCheckpointer:
+    if _hint(config_hint):
+        raise ValueError(f"the memory checkpointer takes no configuration, got {config_hint!r}")
+    return DeltaCheckpointer(None, max_chain_depth, compression_level, max_epoch_age=max_epoch_age)
+
+
+def _file(
+    *,
+    config_hint: str | None = None,
+    base_dir: str | os.PathLike[str] | None = None,
+    fsync: bool = True,
+    max_chain_depth: int = 5,
+    compression_level: int = 6,
+    max_epoch_age: timedelta | None = None,
+) -> DeltaCheckpointer:
+    directory = base_dir or _hint(config_hint)
+    if not directory:
+        raise ValueError("the file checkpointer needs a directory: 'file:./checkpoints'")
+    storage = FileDeltaStorage(directory, fsync=fsync)
+    return DeltaCheckpointer(
+        storage, max_chain_depth, compression_level, max_epoch_age=max_epoch_age
+    )
+
+
+def _s3(
+    *,
+    config_hint: str | None = None,
+    bucket: str | None = None,
+    prefix: str | None = None,
+    endpoint_url: str | None = None,
+    max_chain_depth: int = 5,
+    compression_level: int = 6,
+    max_epoch_age: timedelta | None = None,
+    **storage_options: Any,
+) -> DeltaCheckpointer:
+    hinted_bucket, _, hinted_prefix = _hint(config_hint).partition("/")
+    bucket = bucket or hinted_bucket
+    if not bucket:
+        raise ValueError("the s3 checkpointer needs a bucket: 's3:bucket' or 's3:bucket/prefix'")
+    endpoint = endpoint_url or os.environ.get("TULIP_S3_ENDPOINT_URL") or None
+    storage = S3DeltaStorage(
+        bucket,
+        prefix if prefix is not None else hinted_prefix,
+        endpoint_url=endpoint,
+        **storage_options,
+    )
+    return DeltaCheckpointer(
+        storage, max_chain_depth, compression_level, max_epoch_age=max_epoch_age
+    )
+
+
+_CHECKPOINTERS: dict[str, CheckpointerFactory] = {
+    "memory": _memory,
+    "file": _file,
+    "s3": _s3,
+}
+
+
+def _discover(provider: str) -> None:
+    """Register ``provider`` from an installed entry point, if one declares it."""
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == provider and provider not in _CHECKPOINTERS:
+            _CHECKPOINTERS[provider] = ep.load()
+
+
+def get_checkpointer(checkpointer_string: str, **kwargs: Any) -> BaseCheckpointer:
+    """
+    Get a checkpointer from a string identifier.
+
+    Format: "provider" or "provider:config_hint"
+
+    The config_hint is provider-specific and is passed as a keyword argument.
+
+    Examples:
+        - "memory" -> DeltaCheckpointer(InMemoryDeltaStorage())
+        - "file:./checkpoints" -> DeltaCheckpointer(FileDeltaStorage("./checkpoints"))
+        - "s3:my-bucket/threads" -> DeltaCheckpointer(S3DeltaStorage("my-bucket", "threads"))
+
+    Raises:
+        ValueError: If provider is unknown (:class:`UnknownCheckpointerError`)
+    """
+    if ":" in checkpointer_string:
+        provider, config_hint = checkpointer_string.split(":", 1)
+    else:
+        provider, config_hint = checkpointer_string, None
+    if provider not in _CHECKPOINTERS:
+        _discover(provider)
+    if provider not in _CHECKPOINTERS:
+        raise UnknownCheckpointerError(provider, list(_CHECKPOINTERS))
+    if config_hint:
+        kwargs["config_hint"] = config_hint
+    return _CHECKPOINTERS[provider](**kwargs)
+
+
+def register_checkpointer(name: str, factory: CheckpointerFactory) -> None:
+    """
+    Register a checkpointer provider.
+
+    Args:
+        name: Provider name (e.g., "redis", "postgresql", "queued")
+        factory: Factory function that takes kwargs and returns a checkpointer
+
+    Example:
+        >>> def my_factory(**kwargs) -> BaseCheckpointer:
+        ...     return MyCustomCheckpointer(**kwargs)
+        >>> register_checkpointer("custom", my_factory)
+    """
+    if not name or ":" in name:
+        raise ValueError(f"provider name must be non-empty and without ':', got {name!r}")
+    _CHECKPOINTERS[name] = factory
+
+
+def list_checkpointers() -> list[str]:
+    """
+    List available checkpointer providers.
+
+    Returns:
+        List of registered provider names (and those declared as entry points)
+    """
+    declared = [ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    return list(_CHECKPOINTERS) + [n for n in declared if n not in _CHECKPOINTERS]
