@@ -27,6 +27,7 @@ from typing import Any
 
 from tulip_memory.errors import TulipMemoryError
 from tulip_memory.messages import Message
+from tulip_memory.state import AgentState
 from tulip_memory.store.validation import NS_SEP, validate_namespace
 
 SCHEMA_VERSION = 1
@@ -36,6 +37,7 @@ EVENT_TYPES = frozenset({SESSION_ENDED, CHECKPOINT_SAVED})
 #: Celery task names the events are delivered to.
 TASKS = {SESSION_ENDED: "tulip.memory.extract", CHECKPOINT_SAVED: "tulip.memory.checkpoint"}
 MAX_KEY_CHARS = 2048
+MAX_THREAD_ID_CHARS = 512
 
 
 class EventError(TulipMemoryError, ValueError):
@@ -122,6 +124,26 @@ def session_ended(
     return env
 
 
+def checkpoint_saved(
+    thread_id: str, checkpoint_id: str, state: Mapping[str, Any], *, ts: float
+) -> Envelope:
+    """A ``checkpoint.saved`` event carrying the state (``AgentState.to_checkpoint()``)."""
+    payload = {"thread_id": thread_id, "checkpoint_id": checkpoint_id, "state": dict(state)}
+    env = Envelope(type=CHECKPOINT_SAVED, key=thread_id, payload=payload, ts=ts)
+    _check_payload(env.type, payload, env.id)
+    try:
+        exact = json.loads(json.dumps(payload["state"], allow_nan=False)) == payload["state"]
+    except (TypeError, ValueError) as e:
+        raise EventError(f"state is not JSON-serializable: {e}", env.id) from e
+    if not exact:
+        raise EventError(
+            "state does not survive JSON exactly (non-string keys, tuples or sets?): "
+            "a checkpoint must load back as it was saved",
+            env.id,
+        )
+    return env
+
+
 def encode(env: Envelope) -> str:
     """The envelope as JSON text; raises :class:`EventError` if it is not valid."""
     validate(env)
@@ -179,6 +201,8 @@ def validate(env: Envelope) -> None:
         _check_payload(env.type, env.payload, env.id)
         if env.type == SESSION_ENDED and namespace_key(tuple(env.payload["namespace"])) != env.key:
             raise EventError("key does not match the payload's namespace", env.id)
+        if env.type == CHECKPOINT_SAVED and env.payload["thread_id"] != env.key:
+            raise EventError("key does not match the payload's thread_id", env.id)
 
 
 def check_payload(env: Envelope, payload: Any) -> dict[str, Any]:
@@ -192,6 +216,26 @@ def _check_payload(kind: str, payload: Any, event_id: str) -> None:
         raise EventError(f"payload must be an object, got {type(payload).__name__}", event_id)
     if kind == SESSION_ENDED:
         _check_session_ended(payload, event_id)
+    elif kind == CHECKPOINT_SAVED:
+        _check_checkpoint_saved(payload, event_id)
+
+
+def _check_checkpoint_saved(p: dict[str, Any], event_id: str) -> None:
+    thread = p.get("thread_id")
+    if not isinstance(thread, str) or not thread or len(thread) > MAX_THREAD_ID_CHARS:
+        raise EventError(
+            f"payload.thread_id must be a string of 1..{MAX_THREAD_ID_CHARS} characters",
+            event_id,
+        )
+    if "\x00" in thread:
+        raise EventError("payload.thread_id contains a NUL character", event_id)
+    cid = p.get("checkpoint_id")
+    if not isinstance(cid, str) or len(cid) != 32 or not all(c in "0123456789abcdef" for c in cid):
+        raise EventError("payload.checkpoint_id must be 32 lower-case hex digits", event_id)
+    try:
+        AgentState.from_checkpoint(p.get("state"))  # type: ignore[arg-type]
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise EventError(f"payload.state is not an agent state: {e}", event_id) from e
 
 
 def _check_session_ended(p: dict[str, Any], event_id: str) -> None:

@@ -21,6 +21,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
@@ -35,16 +36,28 @@ from redis.retry import Retry
 
 from producer import events
 from producer.claimcheck import ClaimCheckStore
-from producer.events import TASKS, Envelope, EventError, decode, encode, namespace_key
+from producer.events import (
+    CHECKPOINT_SAVED,
+    SESSION_ENDED,
+    TASKS,
+    Envelope,
+    EventError,
+    decode,
+    encode,
+    namespace_key,
+)
+from producer.pending import PendingStates
 from producer.routing import ShardRouter, stable_hash
 from producer.settings import ProducerSettings
 from producer.spool import Spool, SpooledEvent
 from tulip_memory.errors import TulipMemoryError
 from tulip_memory.messages import Message
+from tulip_memory.state import AgentState
 
 #: Redis key prefixes of the producer (one place, like arq's constants).
 SEQ_KEY_PREFIX = "tulip:seq:"
 EXTRACT_QUEUE_PREFIX = "memory.extract"
+CHECKPOINT_QUEUE_PREFIX = "memory.checkpoint"
 
 KEY_LOCK_STRIPES = 64
 FLUSH_BATCH = 100
@@ -97,8 +110,16 @@ def transport_options(settings: ProducerSettings) -> dict[str, Any]:
     return {"max_retries": 0, "socket_timeout": t, "socket_connect_timeout": t}
 
 
+def routers(settings: ProducerSettings) -> dict[str, ShardRouter]:
+    """The shard router of each event type."""
+    return {
+        SESSION_ENDED: ShardRouter(EXTRACT_QUEUE_PREFIX, settings.extract_shards),
+        CHECKPOINT_SAVED: ShardRouter(CHECKPOINT_QUEUE_PREFIX, settings.checkpoint_shards),
+    }
+
+
 def extract_queues(settings: ProducerSettings) -> list[Queue]:
-    """The extract shard queues, declared as the workers declare them (``celeryconfig``).
+    """Every shard queue, declared as the workers declare them (``celeryconfig``).
 
     Declaring on publish matters: both brokers route through bindings, so a message
     published before any worker declared its queue would be undeliverable. RabbitMQ
@@ -108,9 +129,9 @@ def extract_queues(settings: ProducerSettings) -> list[Queue]:
     import celeryconfig
 
     args = {"x-single-active-consumer": True} if settings.broker_is_amqp else {}
-    router = ShardRouter(EXTRACT_QUEUE_PREFIX, settings.extract_shards)
     return [
         Queue(name, celeryconfig.exchange, routing_key=name, durable=True, queue_arguments=args)
+        for router in routers(settings).values()
         for name in router.queues()
     ]
 
@@ -144,8 +165,10 @@ class _Publisher:
     def __init__(self, settings: ProducerSettings, claims: ClaimCheckStore) -> None:
         self._max_bytes = settings.max_event_bytes
         self._claims = claims
-        self._router = ShardRouter(EXTRACT_QUEUE_PREFIX, settings.extract_shards)
+        self._routers = routers(settings)
         self._redis = _redis_client(settings)
+        self._pending = PendingStates(self._redis)
+        self._pending_ttl = settings.pending_ttl
         self._app = celery_app(settings)
         # Our own pool, not kombu's process-global one, so close() releases only ours.
         limit = self._app.conf.broker_pool_limit
@@ -161,7 +184,7 @@ class _Publisher:
 
     def send(self, env: Envelope, text: str) -> None:
         """Send ``text`` (the encoded ``env``) as a Celery task message on its shard queue."""
-        queue = self._router.queue(env.key)
+        queue = self._routers[env.type].queue(env.key)
         with self._connections.acquire(block=True) as connection:
             self._app.send_task(
                 TASKS[env.type],
@@ -186,6 +209,18 @@ class _Publisher:
             return text
         payload = json.dumps(env.payload, ensure_ascii=False, allow_nan=False)
         return encode(env.with_ref(self._claims.put(env.id, payload.encode("utf-8"))))
+
+    def put_pending(self, thread_id: str, checkpoint_id: str, state: dict[str, Any]) -> None:
+        """The read-your-writes overlay; with Redis down the event still goes out (or to
+        the spool), only the overlay is missing until the worker writes the state."""
+        try:
+            self._pending.put(thread_id, checkpoint_id, state, self._pending_ttl)
+        except redis.RedisError as e:
+            log.warning(
+                "pending state of a checkpoint not stored (%s): read-your-writes "
+                "for this thread waits for the worker",
+                type(e).__name__,
+            )
 
     def close(self) -> None:
         self._connections.force_close_all()
@@ -338,6 +373,24 @@ class Producer:
                 self._flusher.wake()
         return env.id
 
+    def checkpoint_saved(self, thread_id: str, state: AgentState | Mapping[str, Any]) -> str:
+        """Publish a thread's new state (or spool it); returns its checkpoint id.
+
+        The state first becomes the thread's pending state in Redis, so
+        ``Reader.load`` returns it before any worker has written it (read your writes).
+        A state that is not JSON-serializable is refused before anything happens.
+        """
+        data = state.to_checkpoint() if isinstance(state, AgentState) else dict(state)
+        checkpoint_id = uuid.uuid4().hex
+        env = events.checkpoint_saved(thread_id, checkpoint_id, data, ts=time.time())
+        text = encode(env)
+        with self._gate.entered(), self._key_locks(env.key):
+            self._publisher.put_pending(thread_id, checkpoint_id, data)
+            if self._spool or not self._try_publish(env):
+                self._spool.append(text)
+                self._flusher.wake()
+        return checkpoint_id
+
     def republish(self, encoded: str) -> None:
         """Publish an event again exactly as it was, sequence number included.
 
@@ -478,6 +531,11 @@ class AsyncProducer:
 
     # ``timeout`` as in Producer: a bound the worker thread honours and reports
     # (False), not a cancellation, which would leave the thread running.
+    async def checkpoint_saved(self, thread_id: str, state: AgentState | Mapping[str, Any]) -> str:
+        lock = self._key_locks[stable_hash(thread_id) % KEY_LOCK_STRIPES]
+        async with lock:
+            return await asyncio.to_thread(self.sync.checkpoint_saved, thread_id, state)
+
     async def flush(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
         return await asyncio.to_thread(self.sync.flush, timeout)
 

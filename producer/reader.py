@@ -7,14 +7,19 @@ thread for synchronous backends.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+import asyncio
+import os
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from producer.pending import PendingStates, pending_states
 from tulip_memory._portal import Portal
 from tulip_memory.config import store_from_env
 from tulip_memory.ledger import APPLIED, DEAD, EventLedger
 from tulip_memory.manager import Memory, MemoryType
+from tulip_memory.registry import BaseCheckpointer, get_checkpointer
+from tulip_memory.state import AgentState
 from tulip_memory.store import PgMemory
 from tulip_memory.store.validation import validate_namespace
 from tulip_memory.turns import TurnHit
@@ -33,14 +38,42 @@ class EventStatus:
 
 
 class AsyncReader:
-    def __init__(self, store: PgMemory) -> None:
+    def __init__(
+        self,
+        store: PgMemory,
+        *,
+        checkpointer: BaseCheckpointer | None = None,
+        pending: PendingStates | None = None,
+    ) -> None:
         self.store = store
+        self.checkpointer = checkpointer
+        self.pending = pending
         self._ledger = EventLedger()
         self._ledger_ready = False
 
     @classmethod
-    def from_env(cls) -> AsyncReader:
-        return cls(store_from_env())
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> AsyncReader:
+        """Postgres from ``TULIP_DATABASE_URL``; checkpoints from ``TULIP_CHECKPOINT_URL``
+        and the pending overlay from ``TULIP_REDIS_URL`` when they are set."""
+        env = os.environ if environ is None else environ
+        url = env.get("TULIP_CHECKPOINT_URL", "")
+        redis_url = env.get("TULIP_REDIS_URL") or env.get("TULIP_BROKER_URL", "")
+        return cls(
+            store_from_env(env),
+            checkpointer=get_checkpointer(url) if url else None,
+            pending=pending_states(redis_url),
+        )
+
+    async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
+        """The thread's state: its pending state when one waits in Redis (read your
+        writes: it is always the newest published), else the checkpoint store's."""
+        if self.pending is not None:
+            waiting = await asyncio.to_thread(self.pending.get, thread_id)
+            if waiting is not None and checkpoint_id in (None, waiting.checkpoint_id):
+                return AgentState.from_checkpoint(waiting.state)
+        if self.checkpointer is None:
+            raise ValueError("no checkpoint store configured (TULIP_CHECKPOINT_URL)")
+        return await self.checkpointer.load(thread_id, checkpoint_id)
 
     async def recall(
         self, namespace: tuple[str, ...], query: str | None, limit: int = 10
@@ -88,13 +121,13 @@ class AsyncReader:
 class Reader:
     """Blocking :class:`AsyncReader` for synchronous chat backends."""
 
-    def __init__(self, store: PgMemory) -> None:
+    def __init__(self, store: PgMemory | AsyncReader) -> None:
         self._portal = Portal("tulip-reader")
-        self.aio = AsyncReader(store)
+        self.aio = store if isinstance(store, AsyncReader) else AsyncReader(store)
 
     @classmethod
-    def from_env(cls) -> Reader:
-        return cls(store_from_env())
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Reader:
+        return cls(AsyncReader.from_env(environ))
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._portal.call(coro)
@@ -115,6 +148,9 @@ class Reader:
 
     def status(self, event_id: str) -> EventStatus:
         return self._call(self.aio.status(event_id))
+
+    def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
+        return self._call(self.aio.load(thread_id, checkpoint_id))
 
     def close(self) -> None:
         try:

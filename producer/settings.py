@@ -17,6 +17,9 @@ from urllib.parse import urlsplit
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SPOOL_DIR = "./.tulip-spool"
 DEFAULT_EXTRACT_SHARDS = 4
+DEFAULT_CHECKPOINT_SHARDS = 4
+#: Read-your-writes overlay lifetime: far longer than any queue backlog should last.
+DEFAULT_PENDING_TTL = 7 * 24 * 3600.0
 DEFAULT_PUBLISH_TIMEOUT = 1.0
 DEFAULT_MAX_EVENT_BYTES = 256 * 1024
 
@@ -38,6 +41,8 @@ class ProducerSettings:
     redis_url: str = ""
     spool_dir: Path = field(default_factory=lambda: Path(DEFAULT_SPOOL_DIR))
     extract_shards: int = DEFAULT_EXTRACT_SHARDS
+    checkpoint_shards: int = DEFAULT_CHECKPOINT_SHARDS
+    pending_ttl: float = DEFAULT_PENDING_TTL
     publish_timeout: float = DEFAULT_PUBLISH_TIMEOUT
     claim_check_url: str = ""
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
@@ -53,6 +58,8 @@ class ProducerSettings:
         _check_url("redis_url", self.redis_url, REDIS_SCHEMES, hint=_REDIS_HINT)
         _check_url("claim_check_url", self.claim_check_url, CLAIM_CHECK_SCHEMES)
         _check_positive("extract_shards", self.extract_shards)
+        _check_positive("checkpoint_shards", self.checkpoint_shards)
+        _check_timeout("pending_ttl", self.pending_ttl)
         _check_positive("max_event_bytes", self.max_event_bytes)
         _check_timeout("publish_timeout", self.publish_timeout)
 
@@ -70,6 +77,8 @@ class ProducerSettings:
             redis_url=env.get("TULIP_REDIS_URL", ""),
             spool_dir=spool_dir,
             extract_shards=_int(env, "TULIP_EXTRACT_SHARDS", DEFAULT_EXTRACT_SHARDS),
+            checkpoint_shards=_int(env, "TULIP_CHECKPOINT_SHARDS", DEFAULT_CHECKPOINT_SHARDS),
+            pending_ttl=_float(env, "TULIP_PENDING_TTL", DEFAULT_PENDING_TTL),
             publish_timeout=_float(env, "TULIP_PUBLISH_TIMEOUT", DEFAULT_PUBLISH_TIMEOUT),
             claim_check_url=env.get("TULIP_CLAIM_CHECK_URL") or _claims_under(env),
             max_event_bytes=_int(env, "TULIP_MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),

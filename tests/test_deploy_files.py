@@ -12,9 +12,11 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tulip_memory.cli import _parser
+from tulip_memory.dev.supervisor import ROLES
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -43,14 +45,21 @@ def test_every_tulip_command_parses_with_our_cli() -> None:
         assert hasattr(args, "run"), name
 
 
-def test_extract_shards_are_each_served_exactly_once() -> None:
-    shards = int(COMPOSE["x-tulip-env"]["TULIP_EXTRACT_SHARDS"])
+@pytest.mark.parametrize("role", sorted(ROLES))
+def test_every_shard_of_every_role_is_served_exactly_once(role: str) -> None:
+    shards = int(COMPOSE["x-tulip-env"][f"TULIP_{role.upper()}_SHARDS"])
     served: list[int] = []
     for service in SERVICES.values():
         cmd = service.get("command") or []
-        if cmd[:2] == ["worker", "extract"]:
+        if cmd[:2] == ["worker", role]:
             served += [int(k) for k in cmd[cmd.index("--shards") + 1 :]]
     assert sorted(served) == list(range(shards))
+
+
+def test_procfile_runs_every_role() -> None:
+    text = (ROOT / "Procfile").read_text()
+    for role in ROLES:
+        assert f"tulip-memory worker {role}" in text
 
 
 def test_workers_start_after_their_dependencies_are_healthy() -> None:

@@ -40,7 +40,20 @@ _MIGRATIONS: list[Step] = [
     ),
 ]
 
+_MIGRATIONS.append(
+    (
+        2,
+        "newest applied sequence per key",
+        [
+            f"CREATE INDEX tulip_event_ledger_key ON {TABLE} (type, key, seq) "
+            "WHERE status = 'applied'"
+        ],
+    )
+)
+
 _GET = f"SELECT * FROM {TABLE} WHERE event_id = $1"
+_NEWEST = f"""
+SELECT max(seq) FROM {TABLE} WHERE type = $1 AND key = $2 AND status = 'applied'"""
 _CLAIM = f"""
 INSERT INTO {TABLE} AS l (event_id, type, key, seq, status, attempts, memories)
 VALUES ($1, $2, $3, $4, 'applied', $5, $6)
@@ -131,6 +144,11 @@ class EventLedger:
         attempts: int,
     ) -> None:
         await conn.execute(_DEAD, event_id, type, key, seq, reason[:2000], attempts)
+
+    async def newest_applied_seq(self, conn: Any, type: str, key: str) -> int | None:
+        """The highest sequence number applied for ``key``, if any."""
+        value = await conn.fetchval(_NEWEST, type, key)
+        return None if value is None else int(value)
 
     async def mark_replaying(self, conn: Any, event_id: str) -> bool:
         return await conn.fetchrow(_REPLAYING, event_id) is not None

@@ -1,156 +1,34 @@
-"""Apply one ``session.ended`` event: extract, embed, and write the memories together
-with the event's ledger row, exactly once, in order.
+"""Apply one ``session.ended`` event: extract, embed, and write the memories and the
+session's turns together with the event's ledger row, exactly once, in order.
 
 The whole effect of an event (memory upserts fenced by its sequence number, pruning,
-the ledger row) commits in one transaction, so a redelivered event is a no-op and an
-older event never overwrites what a newer one wrote. Transient failures are retried
-here, in place, so later events of the namespace wait behind this one; an event that
-keeps failing, or is malformed, becomes a dead letter with its reason and the shard
-moves on.
+turns, the ledger row) commits in one transaction, so a redelivered event is a no-op
+and an older event never overwrites what a newer one wrote.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
-from producer.events import (
-    Envelope,
-    EventError,
-    PayloadRef,
-    check_payload,
-    decode,
-    decode_messages,
-)
-from tulip_memory.ledger import EventLedger
+from producer.events import Envelope, decode_messages
 from tulip_memory.manager import Memory, MemoryType
 from tulip_memory.manager.block import strip_memory_blocks
-from tulip_memory.store import PgMemory
 from tulip_memory.store.postgres.store import TurnsIn
-from tulip_memory.store.validation import NS_SEP
-from workers.deadletters import UNKNOWN_TENANT, DeadLetter, DeadLetters
+from workers.event_worker import APPLIED, DEAD, DUPLICATE, AlreadyApplied, EventWorker
 from workers.extractors import Extractor
-from workers.outcomes import log_outcome
-from workers.retry import RetryPolicy, describe, is_permanent
 from workers.turns import completed_turns, turn_context
 
-log = logging.getLogger(__name__)
+__all__ = ["APPLIED", "DEAD", "DUPLICATE", "ExtractionWorker"]
 
-APPLIED, DUPLICATE, DEAD = "applied", "duplicate", "dead"
 TYPES = tuple(t.value for t in MemoryType)
 
 
-class ClaimStore(Protocol):
-    """Where claim-checked payloads are fetched from."""
-
-    def get(self, ref: PayloadRef) -> bytes: ...
-
-
-@dataclass(frozen=True)
-class _Result:
-    outcome: str
-    event_id: str
-    key: str | None
-    attempt: int
-    reason: str | None = None
-
-
-class _AlreadyApplied(Exception):
-    """Rolls back a transaction whose event the ledger already holds."""
-
-
-@dataclass
-class ExtractionWorker:
-    store: PgMemory
+@dataclass(kw_only=True)
+class ExtractionWorker(EventWorker):
     extractor: Extractor
-    claims: ClaimStore | None = None
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
     max_memories: int = 50
-    ledger: EventLedger = field(default_factory=EventLedger)
-    dead_letters: DeadLetters = field(default_factory=DeadLetters)
-    _ready: bool = False
-
-    async def handle_durably(
-        self, body: str, task_id: str | None = None, queue: str | None = None
-    ) -> str:
-        """:meth:`handle` until it returns. An error escaping it means the database
-        itself is unreachable (events that fail are dead-lettered inside), so the
-        shard waits here, in place, rather than acking or re-queueing the event."""
-        attempt = 0
-        while True:
-            try:
-                return await self.handle(body, task_id, queue)
-            except Exception as e:
-                attempt += 1
-                delay = self.retry.delay(min(attempt, 8))
-                log.error("cannot process event (%s); retry in %.1fs", describe(e), delay)
-                await asyncio.sleep(delay)
-
-    async def handle(self, body: str, task_id: str | None = None, queue: str | None = None) -> str:
-        """Apply the event in ``body``; returns ``applied``, ``duplicate`` or ``dead``,
-        and logs one structured line with the outcome."""
-        started = time.perf_counter()
-        result = await self._handle(body, task_id)
-        log_outcome(
-            event_id=result.event_id,
-            key=result.key,
-            queue=queue,
-            attempt=result.attempt,
-            duration_ms=(time.perf_counter() - started) * 1000,
-            outcome=result.outcome,
-            reason=result.reason,
-        )
-        return result.outcome
-
-    async def _handle(self, body: str, task_id: str | None) -> _Result:
-        await self._ensure()
-        try:
-            env = decode(body)
-            if task_id is not None and env.id != task_id:
-                raise EventError(f"event id does not match its task id {task_id!r}", env.id)
-        except EventError as e:
-            # The broker's task id is the producer's event id; a malformed body's own
-            # "id" is not trusted to name the ledger row.
-            event_id = task_id or e.event_id or "unknown"
-            await self._dead(body, event_id, e.reason, attempts=1)
-            return _Result(DEAD, event_id, None, 1, e.reason)
-        if await self._done(env.id):
-            return _Result(DUPLICATE, env.id, env.key, 0)
-        for attempt in range(1, self.retry.attempts + 1):
-            try:
-                return _Result(await self._apply(env, attempt), env.id, env.key, attempt)
-            except Exception as e:
-                if is_permanent(e) or attempt == self.retry.attempts:
-                    await self._dead(body, env.id, describe(e), attempts=attempt, env=env)
-                    return _Result(DEAD, env.id, env.key, attempt, describe(e))
-                delay = self.retry.delay(attempt)
-                log.warning(
-                    "event %s attempt %d failed (%s); retry in %.2fs",
-                    env.id,
-                    attempt,
-                    describe(e),
-                    delay,
-                )
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
-
-    async def _ensure(self) -> None:
-        if self._ready:
-            return
-        async with self.store.transaction(UNKNOWN_TENANT) as tx:
-            await self.ledger.ensure(tx.conn)
-            await self.dead_letters.ensure(tx.conn)
-        self._ready = True
-
-    async def _done(self, event_id: str) -> bool:
-        async with self.store.transaction(UNKNOWN_TENANT) as tx:
-            entry = await self.ledger.get(tx.conn, event_id)
-        return entry is not None and entry.done
 
     async def _apply(self, env: Envelope, attempt: int) -> str:
         payload = await self._payload(env)
@@ -176,29 +54,16 @@ class ExtractionWorker:
                     memories=len(items),
                 )
                 if not claimed:
-                    raise _AlreadyApplied
+                    raise AlreadyApplied
                 if batch is not None:
                     await tx.write(batch, source_seq=env.seq)
                 if turns is not None:
                     await tx.write_turns(turns, source_seq=env.seq)
                 for kind in {m.type.value for m in memories}:
                     await tx.prune((*ns, kind), self.max_memories)
-        except _AlreadyApplied:
+        except AlreadyApplied:
             return DUPLICATE
         return APPLIED
-
-    async def _payload(self, env: Envelope) -> dict[str, Any]:
-        if env.payload is not None:
-            return env.payload
-        if self.claims is None or env.payload_ref is None:
-            raise EventError(
-                "payload is claim-checked but no claim-check store is configured", env.id
-            )
-        raw = await asyncio.to_thread(self.claims.get, env.payload_ref)
-        try:
-            return check_payload(env, json.loads(raw))
-        except ValueError as e:
-            raise EventError(f"claim-checked payload is not valid JSON: {e}", env.id) from e
 
     async def _existing(self, ns: tuple[str, ...]) -> list[Memory]:
         found = await self.store.search_many([(*ns, t) for t in TYPES], None, self.max_memories)
@@ -210,35 +75,6 @@ class ExtractionWorker:
                 except (KeyError, TypeError, ValueError):
                     continue  # a row written outside the pipeline, not a memory
         return out
-
-    async def _dead(
-        self, body: str, event_id: str, reason: str, *, attempts: int, env: Envelope | None = None
-    ) -> None:
-        tenant = env.key.split(NS_SEP)[0] if env is not None else UNKNOWN_TENANT
-        log.error("event %s is a dead letter: %s", event_id, reason)
-        letter = DeadLetter(
-            event_id=event_id,
-            tenant=tenant,
-            type=env.type if env else None,
-            key=env.key if env else None,
-            seq=env.seq if env else None,
-            reason=reason,
-            body=body,
-            attempts=attempts,
-            failed_at=datetime.now(UTC),
-            replayed_at=None,
-        )
-        async with self.store.transaction(tenant) as tx:
-            await self.dead_letters.put(tx.conn, letter)
-            await self.ledger.record_dead(
-                tx.conn,
-                event_id=event_id,
-                type=letter.type or "unknown",
-                key=letter.key or "",
-                seq=letter.seq,
-                reason=reason,
-                attempts=attempts,
-            )
 
 
 def _item(

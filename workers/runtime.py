@@ -12,9 +12,12 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from producer.pending import PendingStates, pending_states
 from tulip_memory._portal import Portal
 from tulip_memory.config import store_from_env
+from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.extract import LLMExtractorConfig
+from workers.checkpoints import CheckpointWorker
 from workers.extraction import ExtractionWorker
 from workers.extractors import Extractor, LLMStep, heuristic
 from workers.retry import RetryPolicy
@@ -37,6 +40,7 @@ class WorkerRuntime:
     def __init__(self) -> None:
         self.portal = Portal("tulip-worker")
         self._extraction: ExtractionWorker | None = None
+        self._checkpoints: CheckpointWorker | None = None
         self._lock = threading.Lock()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -53,6 +57,39 @@ class WorkerRuntime:
                     max_memories=_int("TULIP_MAX_MEMORIES", 50),
                 )
             return self._extraction
+
+    def checkpoints(self) -> CheckpointWorker:
+        with self._lock:
+            if self._checkpoints is None:
+                self._checkpoints = CheckpointWorker(
+                    store=store_from_env(),
+                    checkpointer=checkpointer_from_env(),
+                    pending=_pending_from_env(),
+                    claims=_claims_from_env(),
+                    retry=RetryPolicy(attempts=_int("TULIP_EXTRACT_ATTEMPTS", 4)),
+                )
+            return self._checkpoints
+
+
+def checkpointer_from_env() -> DeltaCheckpointer:
+    """The checkpoint store of ``TULIP_CHECKPOINT_URL`` (s3://, file://, memory://)."""
+    from tulip_memory.registry import get_checkpointer
+
+    url = os.environ.get("TULIP_CHECKPOINT_URL", "")
+    if not url:
+        raise ValueError("TULIP_CHECKPOINT_URL is not set: where thread checkpoints are stored")
+    checkpointer = get_checkpointer(url)
+    if not isinstance(checkpointer, DeltaCheckpointer):
+        raise ValueError(
+            f"TULIP_CHECKPOINT_URL={url!r} must name a checkpoint store, not an adapter"
+        )
+    return checkpointer
+
+
+def _pending_from_env() -> PendingStates | None:
+    return pending_states(
+        os.environ.get("TULIP_REDIS_URL") or os.environ.get("TULIP_BROKER_URL", "")
+    )
 
 
 def _claims_from_env() -> Any:

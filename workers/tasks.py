@@ -6,7 +6,7 @@ from typing import Any
 
 from celery.signals import worker_process_init
 
-from producer.events import SESSION_ENDED, TASKS
+from producer.events import CHECKPOINT_SAVED, SESSION_ENDED, TASKS
 from workers.app import app
 from workers.runtime import reset_after_fork, runtime
 
@@ -17,6 +17,14 @@ def extract(self: Any, body: str) -> str:
     rt = runtime()
     queue = (self.request.delivery_info or {}).get("routing_key")
     return rt.run(rt.extraction().handle_durably(body, self.request.id, queue))
+
+
+@app.task(name=TASKS[CHECKPOINT_SAVED], bind=True)  # type: ignore[untyped-decorator]
+def checkpoint(self: Any, body: str) -> str:
+    """Write one thread checkpoint (ordered shard queue, solo worker)."""
+    rt = runtime()
+    queue = (self.request.delivery_info or {}).get("routing_key")
+    return rt.run(rt.checkpoints().handle_durably(body, self.request.id, queue))
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from producer import Producer
-from producer.reader import Reader
+from producer.pending import pending_states
+from producer.reader import AsyncReader, Reader
 from tests.support.services import Postgres
 from tests.support.workers import WorkerFactory
 from tulip_memory.dev.embedded import EmbeddedRedis
 from tulip_memory.embeddings import HashingEmbedder
+from tulip_memory.registry import get_checkpointer
 from tulip_memory.store import PgMemory
 
 SHARDS = 2
@@ -47,6 +49,8 @@ class Pipeline:
             "TULIP_DATABASE_URL": self.database_url,
             "TULIP_MEMORY_TABLE": self.table,
             "TULIP_EXTRACT_SHARDS": str(SHARDS),
+            "TULIP_CHECKPOINT_SHARDS": str(SHARDS),
+            "TULIP_CHECKPOINT_URL": f"file://{self.spool.parent / 'checkpoints'}",
             "TULIP_EXTRACT_ATTEMPTS": "3",
             **extra,
         }
@@ -55,16 +59,27 @@ class Pipeline:
         for k in range(SHARDS):
             self.start_shard(k, **extra)
 
-    def start_shard(self, k: int, **extra: str) -> None:
-        self.workers.start(f"extract-{k}", [f"memory.extract.{k}"], **self.env(**extra))
+    def start_shard(self, k: int, role: str = "extract", **extra: str) -> None:
+        self.workers.start(f"{role}-{k}", [f"memory.{role}.{k}"], **self.env(**extra))
 
     def producer(self) -> Producer:
         return Producer.from_urls(
-            self.broker_url, self.broker_url, spool_dir=self.spool, extract_shards=SHARDS
+            self.broker_url,
+            self.broker_url,
+            spool_dir=self.spool,
+            extract_shards=SHARDS,
+            checkpoint_shards=SHARDS,
         )
 
     def reader(self) -> Reader:
-        return Reader(PgMemory(self.database_url, table=self.table, embedder=_embedder()))
+        env = self.env()
+        return Reader(
+            AsyncReader(
+                PgMemory(self.database_url, table=self.table, embedder=_embedder()),
+                checkpointer=get_checkpointer(env["TULIP_CHECKPOINT_URL"]),
+                pending=pending_states(self.broker_url),
+            )
+        )
 
     def wait_applied(self, reader: Reader, ids: list[str], timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout

@@ -9,6 +9,7 @@ tenants cannot see each other at the database, and reports what it measured.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -22,6 +23,7 @@ from producer.reader import Reader
 from tulip_memory.config import store_from_env
 from tulip_memory.dev.embedded import run_async
 from tulip_memory.messages import Message, Role
+from tulip_memory.state import AgentState
 
 FACTS: dict[str, tuple[str, list[str]]] = {
     "favourite-colour": ("favourite colour", ["green", "blue", "amber", "violet", "teal"]),
@@ -45,13 +47,22 @@ class DemoReport:
     failures: list[str] = field(default_factory=list)
     latencies_ms: list[float] = field(default_factory=list)
     isolation_ok: bool = False
+    threads: int = 0
+    checkpoints: int = 0
+    threads_loaded: int = 0
+    stored_bytes: int = 0
+    full_state_bytes: int = 0
 
     @property
     def ok(self) -> bool:
         return (
             self.isolation_ok and not self.failures and not self.dead
-            and self.recalled == self.checks
+            and self.recalled == self.checks and self.threads_loaded == self.threads
         )  # fmt: skip
+
+    @property
+    def saving(self) -> float:
+        return self.full_state_bytes / max(self.stored_bytes, 1)
 
     def lines(self) -> list[str]:
         lat = np.array(self.latencies_ms or [0.0])
@@ -64,6 +75,10 @@ class DemoReport:
             f"recall latency    p50 {np.percentile(lat, 50):.2f} ms, "
             f"p99 {np.percentile(lat, 99):.2f} ms (Reader.recall, one statement)",
             f"tenant isolation  {'holds' if self.isolation_ok else 'BROKEN'}",
+            f"checkpoints       {self.checkpoints} over {self.threads} threads; "
+            f"{self.threads_loaded}/{self.threads} load back exactly (latest and earlier ones)",
+            f"bytes stored      {self.stored_bytes:,} vs {self.full_state_bytes:,} for the "
+            f"full state every save ({self.saving:.0f}x less)",
             *[f"FAILED  {f}" for f in self.failures[:10]],
             "OK" if self.ok else "FAILED",
         ]
@@ -94,6 +109,8 @@ def run_pipeline_demo(
     seed: int = 7,
     progress: Callable[[str], None] = print,
     timeout: float = 300.0,
+    threads: int = 10,
+    turns: int = 40,
 ) -> DemoReport:
     rng = random.Random(seed)
     report = DemoReport()
@@ -110,11 +127,92 @@ def run_pipeline_demo(
     plan.sort(key=lambda p: p[2])
     started = time.perf_counter()
     ids = _publish(settings, plan, report)
-    with Reader(store_from_env(settings)) as reader:
+    saved = _checkpoint_threads(settings, run_id, rng, report, threads, turns)
+    with Reader.from_env(settings) as reader:
         _wait(reader, ids, report, progress, timeout, started)
         _recall(reader, truth, report)
         report.isolation_ok = run_async(_isolation_holds(settings, run_id))
+        _wait_durable(reader, list(saved), progress, timeout, report)
+        run_async(_check_threads(reader, saved, report))
     return report
+
+
+def _producer_settings(settings: Mapping[str, str]) -> ProducerSettings:
+    return ProducerSettings(
+        broker_url=settings["TULIP_BROKER_URL"],
+        redis_url=settings["TULIP_REDIS_URL"],
+        spool_dir=Path(settings["TULIP_SPOOL_DIR"]),
+        extract_shards=int(settings["TULIP_EXTRACT_SHARDS"]),
+        checkpoint_shards=int(settings["TULIP_CHECKPOINT_SHARDS"]),
+    )
+
+
+def _checkpoint_threads(
+    settings: Mapping[str, str],
+    run_id: str,
+    rng: random.Random,
+    report: DemoReport,
+    threads: int,
+    turns: int,
+) -> dict[str, list[tuple[str, AgentState]]]:
+    """Long support threads, one checkpoint per turn, published like a chat backend."""
+    saved: dict[str, list[tuple[str, AgentState]]] = {}
+    with Producer(_producer_settings(settings)) as producer:
+        for t in range(threads):
+            thread, messages = f"{run_id}/ticket-{t}", []
+            for turn in range(turns):
+                topic = rng.choice(["refund", "delivery", "invoice", "password", "upgrade"])
+                messages += [
+                    Message(role=Role.USER, content=f"Turn {turn}: a question about my {topic}."),
+                    Message(
+                        role=Role.ASSISTANT, content=f"Here is what I found about the {topic}."
+                    ),
+                ]
+                state = AgentState(messages=tuple(messages), iterations=turn + 1)
+                cid = producer.checkpoint_saved(thread, state)
+                saved.setdefault(thread, []).append((cid, state))
+                report.full_state_bytes += len(json.dumps(state.to_checkpoint()))
+        producer.flush(timeout=60)
+    report.threads = threads
+    report.checkpoints = threads * turns
+    return saved
+
+
+def _wait_durable(
+    reader: Reader,
+    threads: list[str],
+    progress: Callable[[str], None],
+    timeout: float,
+    report: DemoReport,
+) -> None:
+    """A thread's newest state is durable once its pending overlay is gone."""
+    pending = reader.aio.pending
+    deadline = time.monotonic() + timeout
+    waiting = list(threads)
+    while waiting and pending is not None and time.monotonic() < deadline:
+        waiting = [t for t in waiting if pending.get(t) is not None]
+        progress(f"  threads durable {len(threads) - len(waiting)}/{len(threads)}")
+        if waiting:
+            time.sleep(0.5)
+    if waiting:
+        report.failures.append(f"{len(waiting)} threads not durable after {timeout:.0f}s")
+
+
+async def _check_threads(
+    reader: Reader, saved: dict[str, list[tuple[str, AgentState]]], report: DemoReport
+) -> None:
+    store = reader.aio.checkpointer
+    assert store is not None
+    for thread, history in saved.items():
+        latest_ok = await store.load(thread) == history[-1][1]
+        picks = history[:: max(1, len(history) // 4)]
+        earlier_ok = all([await store.load(thread, cid) == st for cid, st in picks])
+        if latest_ok and earlier_ok:
+            report.threads_loaded += 1
+        else:
+            report.failures.append(f"thread {thread} did not load back exactly")
+        stats = await store.get_storage_stats(thread)  # type: ignore[attr-defined]
+        report.stored_bytes += int(stats["stored_bytes"])
 
 
 def _publish(
@@ -122,14 +220,8 @@ def _publish(
     plan: list[tuple[Namespace, dict[str, str], bool]],
     report: DemoReport,
 ) -> list[str]:
-    producer_settings = ProducerSettings(
-        broker_url=settings["TULIP_BROKER_URL"],
-        redis_url=settings["TULIP_REDIS_URL"],
-        spool_dir=Path(settings["TULIP_SPOOL_DIR"]),
-        extract_shards=int(settings["TULIP_EXTRACT_SHARDS"]),
-    )
     started = time.perf_counter()
-    with Producer(producer_settings) as producer:
+    with Producer(_producer_settings(settings)) as producer:
         ids = [producer.session_ended(ns, f"{ns[2]}-chat", say(f, c)) for ns, f, c in plan]
         producer.flush(timeout=60)
     report.events = len(ids)

@@ -25,7 +25,7 @@ from typing import IO
 log = logging.getLogger(__name__)
 
 #: Roles whose tasks exist, and whether they are ordered (one solo worker per shard).
-ROLES = {"extract": "memory.extract"}
+ROLES = {"extract": "memory.extract", "checkpoint": "memory.checkpoint"}
 
 
 @dataclass(frozen=True)
