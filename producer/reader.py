@@ -15,18 +15,22 @@ from typing import Any, Literal, TypeVar
 
 from producer.pending import PendingStates, pending_states
 from tulip_memory._portal import Portal
+from tulip_memory.compactor import LLMCompactor
 from tulip_memory.config import store_from_env
 from tulip_memory.ledger import APPLIED, DEAD, EventLedger
 from tulip_memory.manager import Memory, MemoryType
+from tulip_memory.messages import Message
 from tulip_memory.registry import BaseCheckpointer, get_checkpointer
 from tulip_memory.state import AgentState
 from tulip_memory.store import PgMemory
 from tulip_memory.store.validation import validate_namespace
+from tulip_memory.summaries import SummaryStore, compacted_view
 from tulip_memory.turns import TurnHit
 
 T = TypeVar("T")
 TYPES = tuple(t.value for t in MemoryType)
 State = Literal["pending", "applied", "dead"]
+View = Literal["full", "compacted"]
 
 
 @dataclass(frozen=True)
@@ -64,9 +68,25 @@ class AsyncReader:
             pending=pending_states(redis_url),
         )
 
-    async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
+    async def load(
+        self, thread_id: str, checkpoint_id: str | None = None, view: View = "full"
+    ) -> AgentState | None:
         """The thread's state: its pending state when one waits in Redis (read your
-        writes: it is always the newest published), else the checkpoint store's."""
+        writes: it is always the newest published), else the checkpoint store's.
+
+        ``view="compacted"``: system prompt + anchor turns + the stored background
+        summary + the turns after it; when the summary is missing or stale, the
+        compactor's own behaviour (:class:`~tulip_memory.compactor.LLMCompactor` with
+        ``TULIP_CONTEXT_LENGTH``), never a wrong window.
+        """
+        if view not in ("full", "compacted"):
+            raise ValueError(f"view must be 'full' or 'compacted', got {view!r}")
+        state = await self._load(thread_id, checkpoint_id)
+        if state is None or view == "full":
+            return state
+        return state.with_messages(await self._compacted(thread_id, list(state.messages)))
+
+    async def _load(self, thread_id: str, checkpoint_id: str | None) -> AgentState | None:
         if self.pending is not None:
             waiting = await asyncio.to_thread(self.pending.get, thread_id)
             if waiting is not None and checkpoint_id in (None, waiting.checkpoint_id):
@@ -74,6 +94,15 @@ class AsyncReader:
         if self.checkpointer is None:
             raise ValueError("no checkpoint store configured (TULIP_CHECKPOINT_URL)")
         return await self.checkpointer.load(thread_id, checkpoint_id)
+
+    async def _compacted(self, thread_id: str, messages: list[Message]) -> list[Message]:
+        storage = getattr(self.checkpointer, "storage", None)
+        summary = None if storage is None else await SummaryStore(storage).get(thread_id)
+        view = compacted_view(messages, summary)
+        if view is not None:
+            return view
+        context = int(os.environ.get("TULIP_CONTEXT_LENGTH", "128000"))
+        return await LLMCompactor(context_length=context).async_apply(messages)
 
     async def recall(
         self, namespace: tuple[str, ...], query: str | None, limit: int = 10
@@ -149,8 +178,10 @@ class Reader:
     def status(self, event_id: str) -> EventStatus:
         return self._call(self.aio.status(event_id))
 
-    def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
-        return self._call(self.aio.load(thread_id, checkpoint_id))
+    def load(
+        self, thread_id: str, checkpoint_id: str | None = None, view: View = "full"
+    ) -> AgentState | None:
+        return self._call(self.aio.load(thread_id, checkpoint_id, view))
 
     def close(self) -> None:
         try:

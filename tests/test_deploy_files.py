@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tulip_memory.cli import _parser
-from tulip_memory.dev.supervisor import ROLES
+from tulip_memory.dev.supervisor import POOLED, ROLES
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -58,8 +58,11 @@ def test_every_shard_of_every_role_is_served_exactly_once(role: str) -> None:
 
 def test_procfile_runs_every_role() -> None:
     text = (ROOT / "Procfile").read_text()
-    for role in ROLES:
+    for role in [*ROLES, *POOLED]:
         assert f"tulip-memory worker {role}" in text
+        assert any(
+            (svc.get("command") or [])[:2] == ["worker", role] for svc in SERVICES.values()
+        ), role
 
 
 def test_workers_start_after_their_dependencies_are_healthy() -> None:

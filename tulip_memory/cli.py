@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tulip_memory.dev.supervisor import ROLES
+from tulip_memory.dev.supervisor import POOLED, ROLES
 
 if TYPE_CHECKING:
     from tulip_memory.dev.stack import DevStack
@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     dev.set_defaults(run=_dev)
 
     worker = sub.add_parser("worker", help="run and supervise the Celery workers of a role")
-    worker.add_argument("role", choices=sorted(ROLES))
+    worker.add_argument("role", choices=sorted([*ROLES, *POOLED]))
     worker.add_argument(
         "--shards", type=int, nargs="*", help="only these shard numbers (default: all)"
     )
@@ -118,7 +118,9 @@ def _worker(args: argparse.Namespace) -> int:
     import celeryconfig
     from tulip_memory.dev.supervisor import Supervisor, role_specs, worker_env
 
-    shards = celeryconfig.EXTRACT_SHARDS
+    shards = (
+        celeryconfig.CHECKPOINT_SHARDS if args.role == "checkpoint" else celeryconfig.EXTRACT_SHARDS
+    )
     supervisor = Supervisor(
         role_specs(args.role, shards, args.shards), worker_env({}), args.log_dir
     )

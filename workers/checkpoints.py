@@ -11,6 +11,7 @@ this checkpoint (a newer save may have replaced it).
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 
 from producer.events import Envelope
@@ -19,6 +20,9 @@ from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.state import AgentState
 from workers.deadletters import UNKNOWN_TENANT
 from workers.event_worker import APPLIED, DUPLICATE, AlreadyApplied, EventWorker
+from workers.summarizer import SummaryScheduler, thread_tokens
+
+log = logging.getLogger(__name__)
 
 SUPERSEDED = "superseded"
 
@@ -27,6 +31,8 @@ SUPERSEDED = "superseded"
 class CheckpointWorker(EventWorker):
     checkpointer: DeltaCheckpointer
     pending: PendingStates | None = None
+    scheduler: SummaryScheduler | None = None
+    summarize_over_tokens: int | None = None
 
     async def _apply(self, env: Envelope, attempt: int) -> str:
         payload = await self._payload(env)
@@ -34,8 +40,9 @@ class CheckpointWorker(EventWorker):
         async with self.store.transaction(UNKNOWN_TENANT) as tx:
             newest = await self.ledger.newest_applied_seq(tx.conn, env.type, env.key)
         superseded = newest is not None and env.seq is not None and env.seq < newest
+        state = AgentState.from_checkpoint(payload["state"])
         if not superseded:
-            await self._write(thread, checkpoint_id, AgentState.from_checkpoint(payload["state"]))
+            await self._write(thread, checkpoint_id, state)
         try:
             async with self.store.transaction(UNKNOWN_TENANT) as tx:
                 claimed = await self.ledger.claim(
@@ -53,7 +60,22 @@ class CheckpointWorker(EventWorker):
             return DUPLICATE
         if self.pending is not None:
             await asyncio.to_thread(self.pending.clear_if, thread, checkpoint_id)
+        if not superseded:
+            await self._maybe_summarize(thread, state)
         return SUPERSEDED if superseded else APPLIED
+
+    async def _maybe_summarize(self, thread: str, state: AgentState) -> None:
+        """Ask for a background summary when the thread is over its budget; a failure
+        to ask is logged, never a failure of the checkpoint."""
+        limit = self.summarize_over_tokens
+        if self.scheduler is None or limit is None:
+            return
+        if thread_tokens(list(state.messages)) <= limit:
+            return
+        try:
+            await asyncio.to_thread(self.scheduler.maybe_schedule, thread)
+        except Exception:
+            log.exception("could not schedule a summary of thread %s", thread)
 
     async def _write(self, thread: str, checkpoint_id: str, state: AgentState) -> None:
         """Save once: a redelivery after a crash finds the checkpoint already there."""

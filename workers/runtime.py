@@ -17,10 +17,15 @@ from tulip_memory._portal import Portal
 from tulip_memory.config import store_from_env
 from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.extract import LLMExtractorConfig
+from tulip_memory.summarize import summary_model_from_env
 from workers.checkpoints import CheckpointWorker
 from workers.extraction import ExtractionWorker
-from workers.extractors import Extractor, LLMStep, heuristic
+from workers.extractors import Extractor, LLMStep, SlotFactory, heuristic
 from workers.retry import RetryPolicy
+from workers.summarizer import SummaryScheduler, SummaryWorker
+
+SUMMARIZE_TASK = "tulip.thread.summarize"
+SUMMARIZE_QUEUE = "memory.summarize"
 
 T = TypeVar("T")
 
@@ -41,6 +46,7 @@ class WorkerRuntime:
         self.portal = Portal("tulip-worker")
         self._extraction: ExtractionWorker | None = None
         self._checkpoints: CheckpointWorker | None = None
+        self._summaries: SummaryWorker | None = None
         self._lock = threading.Lock()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -67,8 +73,52 @@ class WorkerRuntime:
                     pending=_pending_from_env(),
                     claims=_claims_from_env(),
                     retry=RetryPolicy(attempts=_int("TULIP_EXTRACT_ATTEMPTS", 4)),
+                    scheduler=_scheduler_from_env(),
+                    summarize_over_tokens=_int("TULIP_SUMMARIZE_OVER_TOKENS", 6000),
                 )
             return self._checkpoints
+
+    def summaries(self) -> SummaryWorker:
+        with self._lock:
+            if self._summaries is None:
+                model = summary_model_from_env()
+                self._summaries = SummaryWorker(
+                    checkpointer=checkpointer_from_env(),
+                    model=model,
+                    scheduler=_scheduler_from_env(),
+                    head_turns=_int("TULIP_SUMMARY_HEAD_TURNS", 2),
+                    keep_recent=_int("TULIP_SUMMARY_KEEP_RECENT", 10),
+                    slot=_llm_slot() if model else None,
+                )
+            return self._summaries
+
+
+def _llm_slot() -> SlotFactory:
+    from workers.semaphore import semaphore_from_env
+
+    sem = semaphore_from_env("llm")
+    return lambda: sem.aslot()
+
+
+def _scheduler_from_env() -> SummaryScheduler | None:
+    import redis
+
+    url = os.environ.get("TULIP_REDIS_URL") or os.environ.get("TULIP_BROKER_URL", "")
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return None
+    return SummaryScheduler(redis.Redis.from_url(url), send_summary_job)
+
+
+def send_summary_job(thread_id: str) -> None:
+    from workers.app import app
+
+    app.send_task(
+        SUMMARIZE_TASK,
+        args=[thread_id],
+        queue=SUMMARIZE_QUEUE,
+        routing_key=SUMMARIZE_QUEUE,
+        exchange="",
+    )
 
 
 def checkpointer_from_env() -> DeltaCheckpointer:
@@ -107,10 +157,7 @@ def _extractor_from_env() -> Extractor:
     config = LLMExtractorConfig.from_env()
     if config is None:
         return heuristic
-    from workers.semaphore import semaphore_from_env
-
-    sem = semaphore_from_env("llm")
-    return LLMStep(config, lambda: sem.aslot())
+    return LLMStep(config, _llm_slot())
 
 
 _runtime: WorkerRuntime | None = None

@@ -8,7 +8,7 @@ from celery.signals import worker_process_init
 
 from producer.events import CHECKPOINT_SAVED, SESSION_ENDED, TASKS
 from workers.app import app
-from workers.runtime import reset_after_fork, runtime
+from workers.runtime import SUMMARIZE_TASK, reset_after_fork, runtime
 
 
 @app.task(name=TASKS[SESSION_ENDED], bind=True)  # type: ignore[untyped-decorator]
@@ -25,6 +25,13 @@ def checkpoint(self: Any, body: str) -> str:
     rt = runtime()
     queue = (self.request.delivery_info or {}).get("routing_key")
     return rt.run(rt.checkpoints().handle_durably(body, self.request.id, queue))
+
+
+@app.task(name=SUMMARIZE_TASK)  # type: ignore[untyped-decorator]
+def summarize(thread_id: str) -> str:
+    """Bring one thread's background summary up to date (pooled, unordered)."""
+    rt = runtime()
+    return rt.run(rt.summaries().run(thread_id))
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

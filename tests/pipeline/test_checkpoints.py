@@ -49,3 +49,38 @@ def test_checkpoints_apply_in_order_per_thread_through_a_sigkill(pipeline: Pipel
             assert set(stored) == set(ids[t])  # every checkpoint written, none twice
             for n, cid in enumerate(ids[t], start=1):
                 assert reader.load(t, cid) == state(t, n)
+
+
+def test_long_threads_get_a_background_summary_the_read_path_uses(pipeline: Pipeline) -> None:
+    settings = {"TULIP_SUMMARIZE_OVER_TOKENS": "150", "TULIP_SUMMARY_KEEP_RECENT": "4"}
+    pipeline.start_shards(**settings)  # extract shards: not used here, harmless
+    for k in range(SHARDS):
+        pipeline.start_shard(k, role="checkpoint", **settings)
+    pipeline.workers.start("summarize", ["memory.summarize"], **pipeline.env(**settings))
+    thread = "long-ticket"
+    with pipeline.producer() as producer, pipeline.reader() as reader:
+        for n in range(1, 31):
+            msgs = [Message(role=Role.SYSTEM, content="You are a support agent.")]
+            for i in range(n):
+                msgs += [
+                    Message(role=Role.USER, content=f"Question {i}: where is parcel {i}?"),
+                    Message(role=Role.ASSISTANT, content=f"Parcel {i} is in the depot."),
+                ]
+            producer.checkpoint_saved(thread, AgentState(messages=tuple(msgs)))
+        assert producer.flush(timeout=30)
+        deadline = time.monotonic() + 90
+        compacted = None
+        while time.monotonic() < deadline:
+            compacted = reader.load(thread, view="compacted")
+            if compacted is not None and any(
+                m.content.startswith("[Summary of previous conversation")
+                for m in compacted.messages
+            ):
+                break
+            time.sleep(0.5)
+        assert compacted is not None
+        summaries = [m for m in compacted.messages if m.content.startswith("[Summary")]
+        assert len(summaries) == 1
+        full = reader.load(thread)
+        assert full is not None and len(compacted.messages) < len(full.messages)
+        assert compacted.messages[-1] == full.messages[-1]  # the newest turns are kept whole

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tulip_memory.dev.embedded import EmbeddedPostgres, EmbeddedRedis
 from tulip_memory.dev.flower import Flower
-from tulip_memory.dev.supervisor import ROLES, Supervisor, role_specs
+from tulip_memory.dev.supervisor import POOLED, ROLES, Supervisor, role_specs
 
 ENV_FILE = "tulip.env"
 
@@ -38,7 +38,7 @@ class DevStack:
             self._start_services()
             self._write_env()
             env = {**os.environ, **self.settings}
-            specs = [s for role in ROLES for s in role_specs(role, self.shards)]
+            specs = [s for role in [*ROLES, *POOLED] for s in role_specs(role, self.shards)]
             self.workers = Supervisor(specs, env, log_dir=self.data_dir / "logs").start()
             if self.with_flower:
                 self.flower = Flower(env, self.data_dir / "logs" / "flower.log").start()

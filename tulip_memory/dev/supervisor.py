@@ -24,8 +24,11 @@ from typing import IO
 
 log = logging.getLogger(__name__)
 
-#: Roles whose tasks exist, and whether they are ordered (one solo worker per shard).
+#: Ordered roles (one solo worker per shard queue ``<prefix>.<k>``).
 ROLES = {"extract": "memory.extract", "checkpoint": "memory.checkpoint"}
+#: Unordered roles: one pooled worker on one queue.
+POOLED = {"summarize": "memory.summarize"}
+POOL_CONCURRENCY = 2
 
 
 @dataclass(frozen=True)
@@ -45,9 +48,12 @@ class WorkerSpec:
 
 
 def role_specs(role: str, shards: int, only: Sequence[int] | None = None) -> list[WorkerSpec]:
-    """The workers of ``role``: one per shard for ordered roles."""
+    """The workers of ``role``: one per shard for ordered roles, one pool otherwise."""
+    if role in POOLED:
+        return [WorkerSpec(role, (POOLED[role],), pool="prefork", concurrency=POOL_CONCURRENCY)]
     if role not in ROLES:
-        raise ValueError(f"unknown worker role {role!r}; known roles: {', '.join(sorted(ROLES))}")
+        known = ", ".join(sorted([*ROLES, *POOLED]))
+        raise ValueError(f"unknown worker role {role!r}; known roles: {known}")
     chosen = list(range(shards)) if not only else list(only)
     bad = [k for k in chosen if not 0 <= k < shards]
     if bad:

@@ -1,0 +1,142 @@
+"""Background summaries: what is summarized, incrementally, at most one job per thread,
+and how the request path uses the result."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+
+from producer import AsyncReader
+from tests.producer.queues import with_db
+from tests.support.openai_server import FakeOpenAI, Reply
+from tulip_memory.delta import DeltaCheckpointer, FileDeltaStorage
+from tulip_memory.messages import Message, Role, ToolCall
+from tulip_memory.state import AgentState
+from tulip_memory.store import PgMemory
+from tulip_memory.summaries import SummaryStore, compacted_view, summary_range
+from tulip_memory.summarize import SummarizationError
+from workers.summarizer import SummaryScheduler, SummaryWorker
+
+MODEL = "openai/summary-model"
+
+
+def chat(turns: int, system: bool = True) -> list[Message]:
+    msgs = [Message(role=Role.SYSTEM, content="You are a support agent.")] if system else []
+    for i in range(turns):
+        msgs += [
+            Message(role=Role.USER, content=f"Question {i} about order {1000 + i}."),
+            Message(role=Role.ASSISTANT, content=f"Answer {i}: order {1000 + i} ships soon."),
+        ]
+    return msgs
+
+
+def test_summary_range_skips_anchor_and_tail_and_never_splits_a_tool_call() -> None:
+    msgs = chat(10)
+    r = summary_range(msgs, head_turns=2, keep_recent=4)
+    assert (r.start, r.end) == (5, 17)  # system + 2 turns = 5; 21 - 4 = 17
+    call = Message(role=Role.ASSISTANT, tool_calls=[ToolCall(id="c1", name="lookup")])
+    result = Message(role=Role.TOOL, content="found", tool_call_id="c1")
+    with_tool = [*msgs[:16], call, result, *msgs[16:]]
+    r = summary_range(with_tool, head_turns=2, keep_recent=6)
+    assert r.end == 16  # the cut would fall between the call and its result: moved before
+    assert summary_range(chat(2), head_turns=2, keep_recent=4).empty
+    assert summary_range([], head_turns=2, keep_recent=4).empty
+
+
+@pytest.fixture
+def checkpointer(tmp_path: Path) -> DeltaCheckpointer:
+    return DeltaCheckpointer(FileDeltaStorage(tmp_path / "ckpt"))
+
+
+@pytest.fixture
+def scheduler(redis_url: str) -> tuple[SummaryScheduler, list[str]]:
+    sent: list[str] = []
+    return SummaryScheduler(redis.Redis.from_url(with_db(redis_url, 9)), sent.append), sent
+
+
+async def test_summaries_are_incremental_through_the_model(
+    checkpointer: DeltaCheckpointer, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.url)
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    fake_openai.default_chat = lambda request: Reply(content=f"SUMMARY-{len(fake_openai.requests)}")
+    thread = f"t-{uuid.uuid4().hex}"
+    worker = SummaryWorker(checkpointer=checkpointer, model=MODEL, keep_recent=4)
+    await checkpointer.save(AgentState(messages=tuple(chat(12))), thread)
+    assert await worker.run(thread) == "summarized"
+    first = await SummaryStore(checkpointer.storage).get(thread)
+    assert first is not None and (first.start, first.end) == (5, 21)
+    assert await worker.run(thread) == "up to date"
+    await checkpointer.save(AgentState(messages=tuple(chat(15))), thread)
+    assert await worker.run(thread) == "summarized"
+    second = await SummaryStore(checkpointer.storage).get(thread)
+    assert second is not None and (second.start, second.end) == (5, 27)
+    asked = json.dumps(fake_openai.requests_to("/v1/chat/completions")[-1].json)
+    assert first.text in asked  # the previous summary is extended ...
+    assert "Question 12 about" in asked and "Question 3 about" not in asked  # ... with new turns
+
+
+async def test_a_failing_summarizer_leaves_the_thread_loadable_and_clears_the_job(
+    checkpointer: DeltaCheckpointer,
+    fake_openai: FakeOpenAI,
+    scheduler: tuple[SummaryScheduler, list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.url)
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    fake_openai.default_chat = lambda request: Reply(status=500)
+    sched, sent = scheduler
+    thread = f"t-{uuid.uuid4().hex}"
+    state = AgentState(messages=tuple(chat(12)))
+    await checkpointer.save(state, thread)
+    assert sched.maybe_schedule(thread) and not sched.maybe_schedule(thread)  # one pending
+    assert sent == [thread]
+    worker = SummaryWorker(checkpointer=checkpointer, model=MODEL, scheduler=sched)
+    worker_settings_fast(monkeypatch)
+    with pytest.raises(SummarizationError):
+        await worker.run(thread)
+    assert await checkpointer.load(thread) == state
+    assert await SummaryStore(checkpointer.storage).get(thread) is None
+    assert sched.maybe_schedule(thread)  # the failed job no longer counts as pending
+
+
+def worker_settings_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tulip_memory.summarize as summarize
+
+    fast = summarize.SummarySettings(max_retries=1, backoff=0.01, max_backoff=0.02)
+    monkeypatch.setattr(summarize, "SummarySettings", lambda: fast)
+
+
+async def test_compacted_view_uses_a_matching_summary_and_never_a_stale_one(
+    checkpointer: DeltaCheckpointer, pg_dsn: str
+) -> None:
+    thread = f"t-{uuid.uuid4().hex}"
+    msgs = chat(12)
+    await checkpointer.save(AgentState(messages=tuple(msgs)), thread)
+    worker = SummaryWorker(checkpointer=checkpointer, keep_recent=4)  # extractive, offline
+    assert await worker.run(thread) == "summarized"
+    store = PgMemory(pg_dsn)
+    reader = AsyncReader(store, checkpointer=checkpointer)
+    try:
+        compacted = await reader.load(thread, view="compacted")
+        assert compacted is not None
+        assert [m.content for m in compacted.messages[:5]] == [m.content for m in msgs[:5]]
+        assert compacted.messages[5].content.startswith(
+            "[Summary of previous conversation (16 messages)]:"
+        )
+        assert list(compacted.messages[6:]) == msgs[21:]
+        # History rewritten under the summary (an edit in the middle): no wrong window.
+        edited = [*msgs[:8], Message(role=Role.USER, content="edited"), *msgs[9:]]
+        await checkpointer.save(AgentState(messages=tuple(edited)), thread)
+        fallback = await reader.load(thread, view="compacted")
+        assert fallback is not None and list(fallback.messages) == edited  # under budget
+        summary = await SummaryStore(checkpointer.storage).get(thread)
+        assert compacted_view(edited, summary) is None
+        with pytest.raises(ValueError, match="view must be"):
+            await reader.load(thread, view="weird")  # type: ignore[arg-type]
+    finally:
+        await store.close()
