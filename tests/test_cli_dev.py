@@ -17,6 +17,12 @@ import asyncpg
 import psutil
 import redis
 
+from producer import Producer, ProducerSettings, Reader
+from producer.events import namespace_key
+from producer.routing import ShardRouter
+from tulip_memory.messages import Message, Role
+from tulip_memory.state import AgentState
+
 CLI = [sys.executable, "-m", "tulip_memory.cli"]
 
 
@@ -106,3 +112,87 @@ def test_dev_serves_until_interrupted_and_leaves_nothing_behind(tmp_path: Path) 
         env={**os.environ},
     )
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+def _start_dev(data: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    if (data / "tulip.env").exists():
+        (data / "tulip.env").unlink()
+    proc = subprocess.Popen([*CLI, "dev", "--data-dir", str(data)], stdout=subprocess.DEVNULL)
+    return proc, _read_env(data / "tulip.env", "TULIP_FLOWER_URL")
+
+
+def _stop_dev(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_applied(reader: Reader, ids: list[str]) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if all(reader.status(e).state == "applied" for e in ids):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not applied: {[reader.status(e) for e in ids]}")
+
+
+def _shard_worker(proc: subprocess.Popen[bytes], queue: str) -> psutil.Process | None:
+    for child in psutil.Process(proc.pid).children():
+        try:
+            if queue in child.cmdline():
+                return child
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
+    return None
+
+
+def test_an_application_sourcing_the_env_file_publishes_recalls_and_survives(
+    tmp_path: Path,
+) -> None:
+    ns = ("acme", "users", "u1")
+    thread_state = AgentState(messages=(Message(role=Role.USER, content="hello"),), iterations=1)
+    proc, env = _start_dev(tmp_path)
+    try:
+        settings = ProducerSettings.from_env(env)
+        with Producer(settings) as producer, Reader.from_env(env) as reader:
+            first = producer.session_ended(ns, "t", [_said("My favourite colour is red.")])
+            _wait_applied(reader, [first])
+            assert "red" in reader.recall(ns, "favourite colour")[0].content
+            # The supervisor restarts a killed shard worker; the shard's events still
+            # apply, in order.
+            queue = ShardRouter("memory.extract", settings.extract_shards).queue(namespace_key(ns))
+            victim = _shard_worker(proc, queue)
+            assert victim is not None
+            victim.kill()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                again = _shard_worker(proc, queue)
+                if again is not None and again.pid != victim.pid:
+                    break
+                time.sleep(0.2)
+            ids = [
+                producer.session_ended(ns, "t", [_said(f"Actually, my favourite colour is {c}.")])
+                for c in ("blue", "green", "amber")
+            ]
+            _wait_applied(reader, ids)
+            assert "amber" in reader.recall(ns, "favourite colour")[0].content
+            producer.checkpoint_saved("ticket-1", thread_state)
+            assert reader.load("ticket-1") == thread_state
+    finally:
+        _stop_dev(proc)
+    # A second dev on the same data directory keeps the memories and the thread.
+    proc, env = _start_dev(tmp_path)
+    try:
+        with Reader.from_env(env) as reader:
+            assert "amber" in reader.recall(ns, "favourite colour")[0].content
+            assert reader.load("ticket-1") == thread_state
+    finally:
+        _stop_dev(proc)
+
+
+def _said(text: str) -> Message:
+    return Message(role=Role.USER, content=text)
