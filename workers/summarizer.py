@@ -69,10 +69,20 @@ class SummaryWorker:
     def summaries(self) -> SummaryStore:
         return SummaryStore(self.checkpointer.storage)
 
-    async def run(self, thread_id: str) -> str:
-        """Bring the thread's summary up to date; returns what it did."""
+    async def run(self, thread_id: str, max_rounds: int = 5) -> str:
+        """Bring the thread's summary up to date; returns what it did.
+
+        Checkpoints that arrive while this job runs do not schedule another (one job
+        per thread), so the job looks again when it is done and extends the summary
+        until it covers the newest state (a bounded number of rounds)."""
+        rounds = 0
         try:
-            return await self._run(thread_id)
+            while rounds < max_rounds:
+                result = await self._run(thread_id)
+                if result != "summarized":
+                    break
+                rounds += 1
+            return "summarized" if rounds else result
         finally:
             if self.scheduler is not None:
                 self.scheduler.done(thread_id)

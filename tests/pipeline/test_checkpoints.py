@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from typing import Any
 
 from producer.routing import ShardRouter
 from tests.pipeline.conftest import SHARDS, Pipeline
+from tests.support.openai_server import FakeOpenAI, Reply
 from tulip_memory.messages import Message, Role
 from tulip_memory.registry import get_checkpointer
 from tulip_memory.state import AgentState
@@ -51,36 +54,64 @@ def test_checkpoints_apply_in_order_per_thread_through_a_sigkill(pipeline: Pipel
                 assert reader.load(t, cid) == state(t, n)
 
 
-def test_long_threads_get_a_background_summary_the_read_path_uses(pipeline: Pipeline) -> None:
-    settings = {"TULIP_SUMMARIZE_OVER_TOKENS": "150", "TULIP_SUMMARY_KEEP_RECENT": "4"}
-    pipeline.start_shards(**settings)  # extract shards: not used here, harmless
+def test_long_threads_get_incremental_background_summaries_through_the_model(
+    pipeline: Pipeline, fake_openai: FakeOpenAI
+) -> None:
+    calls: list[str] = []
+
+    def model(request: Any) -> Reply:
+        prompt = json.dumps(request["messages"])
+        calls.append(prompt)
+        if "broken-ticket" in prompt:
+            return Reply(status=500)
+        return Reply(content=f"SUMMARY-{len(calls)}", delay=0.3)
+
+    fake_openai.default_chat = model
+    settings = {
+        "TULIP_SUMMARIZE_OVER_TOKENS": "150",
+        "TULIP_SUMMARY_KEEP_RECENT": "4",
+        "TULIP_SUMMARY_MODEL": "openai/summary-model",
+        "OPENAI_API_BASE": fake_openai.url,
+        "OPENAI_API_KEY": "test",
+    }
     for k in range(SHARDS):
         pipeline.start_shard(k, role="checkpoint", **settings)
     pipeline.workers.start("summarize", ["memory.summarize"], **pipeline.env(**settings))
-    thread = "long-ticket"
     with pipeline.producer() as producer, pipeline.reader() as reader:
-        for n in range(1, 31):
-            msgs = [Message(role=Role.SYSTEM, content="You are a support agent.")]
-            for i in range(n):
-                msgs += [
-                    Message(role=Role.USER, content=f"Question {i}: where is parcel {i}?"),
-                    Message(role=Role.ASSISTANT, content=f"Parcel {i} is in the depot."),
-                ]
-            producer.checkpoint_saved(thread, AgentState(messages=tuple(msgs)))
+        for thread in ("long-ticket", "broken-ticket"):
+            for n in range(1, 31):
+                producer.checkpoint_saved(thread, AgentState(messages=tuple(chat(thread, n))))
+                time.sleep(0.02)
         assert producer.flush(timeout=30)
-        deadline = time.monotonic() + 90
-        compacted = None
+        deadline = time.monotonic() + 120
+        summary: list[Message] = []
         while time.monotonic() < deadline:
-            compacted = reader.load(thread, view="compacted")
-            if compacted is not None and any(
-                m.content.startswith("[Summary of previous conversation")
-                for m in compacted.messages
-            ):
-                break
+            view = reader.load("long-ticket", view="compacted")
+            assert view is not None
+            summary = [m for m in view.messages if m.content.startswith("[Summary")]
+            full = reader.load("long-ticket")
+            assert full is not None
+            if summary and view.messages[-1] == full.messages[-1] and len(full.messages) == 61:
+                covered = int(summary[0].content.split("(")[1].split(" ")[0])
+                if covered == 61 - 5 - 4:  # everything but the anchor and the newest four
+                    break
             time.sleep(0.5)
-        assert compacted is not None
-        summaries = [m for m in compacted.messages if m.content.startswith("[Summary")]
-        assert len(summaries) == 1
-        full = reader.load(thread)
-        assert full is not None and len(compacted.messages) < len(full.messages)
-        assert compacted.messages[-1] == full.messages[-1]  # the newest turns are kept whole
+        assert len(summary) == 1 and summary[0].content.split("\n", 1)[1].startswith("SUMMARY-")
+        # Incremental: a later request extends an earlier summary with newer turns only.
+        later = [c for c in calls if "long-ticket" in c and "SUMMARY-" in c]
+        assert later, "no request extended a previous summary"
+        assert fake_openai.max_inflight == 1  # one job per thread at a time, never two
+        # The failing summarizer left its thread loadable and unsummarized.
+        broken = reader.load("broken-ticket", view="compacted")
+        assert broken is not None and broken == reader.load("broken-ticket")
+        assert not any(m.content.startswith("[Summary") for m in broken.messages)
+
+
+def chat(thread: str, turns: int) -> list[Message]:
+    msgs = [Message(role=Role.SYSTEM, content=f"You are a support agent on {thread}.")]
+    for i in range(turns):
+        msgs += [
+            Message(role=Role.USER, content=f"{thread} question {i}: where is parcel {i}?"),
+            Message(role=Role.ASSISTANT, content=f"Parcel {i} is in the depot."),
+        ]
+    return msgs
