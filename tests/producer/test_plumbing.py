@@ -47,7 +47,10 @@ def test_the_celery_app_is_celeryconfig_on_the_producers_broker() -> None:
     visibility = celeryconfig.broker_transport_options["visibility_timeout"]
     assert conf.broker_transport_options["visibility_timeout"] == visibility
     assert conf.broker_transport_options["max_retries"] == 0
-    assert [q.name for q in conf.task_queues] == [f"memory.extract.{k}" for k in range(3)]
+    assert [q.name for q in conf.task_queues] == [
+        *(f"memory.extract.{k}" for k in range(3)),
+        *(f"memory.checkpoint.{k}" for k in range(settings.checkpoint_shards)),
+    ]
 
 
 @pytest.mark.parametrize(
