@@ -19,6 +19,7 @@ from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.extract import LLMExtractorConfig
 from tulip_memory.summarize import summary_model_from_env
 from workers.checkpoints import CheckpointWorker
+from workers.env import positive_int, redis_url
 from workers.extraction import ExtractionWorker
 from workers.extractors import Extractor, LLMStep, SlotFactory, heuristic
 from workers.retry import RetryPolicy
@@ -28,17 +29,6 @@ SUMMARIZE_TASK = "tulip.thread.summarize"
 SUMMARIZE_QUEUE = "memory.summarize"
 
 T = TypeVar("T")
-
-
-def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name, str(default))
-    try:
-        value = int(raw)
-    except ValueError as e:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from e
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value
 
 
 class WorkerRuntime:
@@ -59,8 +49,8 @@ class WorkerRuntime:
                     store=store_from_env(),
                     extractor=_extractor_from_env(),
                     claims=_claims_from_env(),
-                    retry=RetryPolicy(attempts=_int("TULIP_EXTRACT_ATTEMPTS", 4)),
-                    max_memories=_int("TULIP_MAX_MEMORIES", 50),
+                    retry=RetryPolicy(attempts=positive_int("TULIP_EXTRACT_ATTEMPTS", 4)),
+                    max_memories=positive_int("TULIP_MAX_MEMORIES", 50),
                 )
             return self._extraction
 
@@ -72,9 +62,9 @@ class WorkerRuntime:
                     checkpointer=checkpointer_from_env(),
                     pending=_pending_from_env(),
                     claims=_claims_from_env(),
-                    retry=RetryPolicy(attempts=_int("TULIP_EXTRACT_ATTEMPTS", 4)),
+                    retry=RetryPolicy(attempts=positive_int("TULIP_EXTRACT_ATTEMPTS", 4)),
                     scheduler=_scheduler_from_env(),
-                    summarize_over_tokens=_int("TULIP_SUMMARIZE_OVER_TOKENS", 6000),
+                    summarize_over_tokens=positive_int("TULIP_SUMMARIZE_OVER_TOKENS", 6000),
                 )
             return self._checkpoints
 
@@ -86,8 +76,8 @@ class WorkerRuntime:
                     checkpointer=checkpointer_from_env(),
                     model=model,
                     scheduler=_scheduler_from_env(),
-                    head_turns=_int("TULIP_SUMMARY_HEAD_TURNS", 2),
-                    keep_recent=_int("TULIP_SUMMARY_KEEP_RECENT", 10),
+                    head_turns=positive_int("TULIP_SUMMARY_HEAD_TURNS", 2),
+                    keep_recent=positive_int("TULIP_SUMMARY_KEEP_RECENT", 10),
                     slot=_llm_slot() if model else None,
                 )
             return self._summaries
@@ -103,8 +93,8 @@ def _llm_slot() -> SlotFactory:
 def _scheduler_from_env() -> SummaryScheduler | None:
     import redis
 
-    url = os.environ.get("TULIP_REDIS_URL") or os.environ.get("TULIP_BROKER_URL", "")
-    if not url.startswith(("redis://", "rediss://", "unix://")):
+    url = redis_url()
+    if url is None:
         return None
     return SummaryScheduler(redis.Redis.from_url(url), send_summary_job)
 
@@ -137,9 +127,8 @@ def checkpointer_from_env() -> DeltaCheckpointer:
 
 
 def _pending_from_env() -> PendingStates | None:
-    return pending_states(
-        os.environ.get("TULIP_REDIS_URL") or os.environ.get("TULIP_BROKER_URL", "")
-    )
+    url = redis_url()
+    return None if url is None else pending_states(url)
 
 
 def _claims_from_env() -> Any:

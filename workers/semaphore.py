@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import random
 import time
 import uuid
@@ -29,6 +28,7 @@ from pathlib import Path
 import redis
 
 from tulip_memory.errors import TulipMemoryError
+from workers.env import positive_int, redis_url
 from workers.keys import SEMAPHORE_PREFIX
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -160,26 +160,12 @@ def semaphore_from_env(name: str = "llm", lease_seconds: float = 60.0) -> RedisS
     """The semaphore ``name`` on ``TULIP_REDIS_URL`` (else a Redis ``TULIP_BROKER_URL``),
     limited to ``TULIP_LLM_MAX_INFLIGHT``."""
     url = _redis_url_from_env()
-    limit = _limit_from_env("TULIP_LLM_MAX_INFLIGHT", DEFAULT_LLM_MAX_INFLIGHT)
+    limit = positive_int("TULIP_LLM_MAX_INFLIGHT", DEFAULT_LLM_MAX_INFLIGHT)
     return RedisSemaphore(redis.Redis.from_url(url), name, limit, lease_seconds)
 
 
 def _redis_url_from_env() -> str:
-    if url := os.environ.get("TULIP_REDIS_URL"):
-        return url
-    broker = os.environ.get("TULIP_BROKER_URL", "")
-    return broker if broker.startswith(("redis://", "rediss://", "unix://")) else DEFAULT_REDIS_URL
-
-
-def _limit_from_env(variable: str, default: int) -> int:
-    raw = os.environ.get(variable, str(default))
-    try:
-        value = int(raw)
-    except ValueError as e:
-        raise ValueError(f"{variable} must be an integer, got {raw!r}") from e
-    if value < 1:
-        raise ValueError(f"{variable} must be >= 1, got {value}")
-    return value
+    return redis_url() or DEFAULT_REDIS_URL
 
 
 def _pauses(timeout: float) -> Iterator[float]:
