@@ -126,8 +126,9 @@ class AsyncReader:
         top_k: int = 5,
         threshold: float | None = None,
     ) -> list[TurnHit]:
-        """The completed turns of ``namespace`` most similar to ``query``, exactly
-        ranked; ``turn_index`` is the turn's position within its session."""
+        """The completed turns of ``namespace`` most relevant to ``query`` (hybrid BM25 +
+        cosine, complete whatever other tenants hold); ``turn_index`` is the turn's
+        position within its session."""
         matches = await self.store.search_turns(namespace, query, top_k, threshold)
         return [TurnHit(m.score, m.turn, m.position, m.text, m.metadata) for m in matches]
 

@@ -7,6 +7,10 @@ planner with stale statistics might behave) so it reaches for the HNSW index
 wherever the query allows it. A control query shows what that costs a plain
 ``ORDER BY embedding <=> q``: HNSW post-filtering returns fewer rows than asked.
 The store's statements must still return exactly what an exact cosine scan returns.
+
+The store here ranks by vectors alone (``lexical_weight=0``), the ranking these
+assertions are written for; tests/store/test_pg_hybrid.py holds the default hybrid
+ranking to the same completeness on the same kind of table.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import pytest
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HRREncoder
 from tulip_memory.store import PgMemory
+from tulip_memory.store.fusion import HybridRanking
 
 OTHER_ROWS = 60_000
 TARGET_ROWS = 50
@@ -45,7 +50,8 @@ class Fixture:
     texts: dict[str, str]
 
     def store(self) -> PgMemory:
-        return PgMemory(hostile(self.app_dsn), table=self.table, dim=DIM)
+        vectors_only = HybridRanking(lexical_weight=0.0, vector_weight=1.0)
+        return PgMemory(hostile(self.app_dsn), table=self.table, dim=DIM, ranking=vectors_only)
 
 
 def contents() -> dict[str, str]:

@@ -1,7 +1,9 @@
 """The ordered migration list of a ``PgMemory`` table, recorded in ``<table>_migrations``.
 
 Each migration is a list of statement templates over ``{t}`` (qualified table),
-``{p}`` (bare table name, for index and policy names) and ``{dim}`` (vector width).
+``{p}`` (bare table name, for index and policy names), ``{dim}`` (vector width) and
+``{tsconfig}`` (the text search configuration, a validated name rendered as a
+``regconfig`` literal: a generated column's expression cannot take a parameter).
 Migrations run once each, in order, inside one transaction holding an advisory lock
 on the table name, so concurrent first use by many processes applies them once.
 """
@@ -88,12 +90,30 @@ MIGRATIONS: tuple[Migration, ...] = (
                 WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
         ),
     ),
+    Migration(
+        6,
+        "full-text search over memory content and turn text",
+        (
+            """ALTER TABLE {t} ADD COLUMN tsv tsvector
+                GENERATED ALWAYS AS (to_tsvector({tsconfig}, content)) STORED""",
+            "CREATE INDEX {p}_tsv ON {t} USING gin (tsv)",
+            """ALTER TABLE {t}_turns ADD COLUMN tsv tsvector
+                GENERATED ALWAYS AS (to_tsvector({tsconfig}, text)) STORED""",
+            "CREATE INDEX {p}_turns_tsv ON {t}_turns USING gin (tsv)",
+        ),
+    ),
 )
 
 
-def render(migration: Migration, *, table: str, name: str, dim: int, ann: bool) -> list[str]:
+def render(
+    migration: Migration, *, table: str, name: str, dim: int, ann: bool, tsconfig: str
+) -> list[str]:
     """The statements of ``migration`` for one table; none when it needs an ANN index
-    the table cannot have (vectors wider than pgvector's index limit)."""
+    the table cannot have (vectors wider than pgvector's index limit). ``tsconfig``
+    must already be a validated configuration name (no quotes can occur in it)."""
     if migration.needs_ann and not ann:
         return []
-    return [s.format(t=table, p=name, dim=dim) for s in migration.statements]
+    if "'" in tsconfig:
+        raise ValueError(f"not a text search configuration name: {tsconfig!r}")
+    literal = f"'{tsconfig}'::regconfig"
+    return [s.format(t=table, p=name, dim=dim, tsconfig=literal) for s in migration.statements]

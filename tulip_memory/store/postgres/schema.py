@@ -11,14 +11,23 @@ from tulip_memory.store.postgres.migrations import MIGRATIONS, render
 Step = tuple[int, str, list[str]]
 
 
-async def ensure_schema(conn: Any, *, table: str, name: str, dim: int, ann: bool) -> list[int]:
+async def ensure_schema(
+    conn: Any, *, table: str, name: str, dim: int, ann: bool, text_search_config: str
+) -> list[int]:
     """Bring a memories table up to date; return the versions applied now."""
     await _ensure_vector(conn)
+    await _check_text_search_config(conn, text_search_config)
     steps = [
-        (m.version, m.name, render(m, table=table, name=name, dim=dim, ann=ann)) for m in MIGRATIONS
+        (
+            m.version,
+            m.name,
+            render(m, table=table, name=name, dim=dim, ann=ann, tsconfig=text_search_config),
+        )
+        for m in MIGRATIONS
     ]
     applied = await apply_migrations(conn, table, steps)
     await _check_width(conn, table, dim)
+    await _check_table_text_search_config(conn, table, text_search_config)
     return applied
 
 
@@ -62,6 +71,29 @@ async def _ensure_vector(conn: Any) -> None:
             f"cannot install it ({e}). Run `CREATE EXTENSION vector` as a superuser, "
             "or use tulip_memory.store.postgres.provision_app_role."
         ) from e
+
+
+async def _check_text_search_config(conn: Any, config: str) -> None:
+    import asyncpg
+
+    try:
+        await conn.fetchval(sql.TEXT_SEARCH_CONFIG, config)
+    except asyncpg.PostgresError as e:
+        raise ValueError(
+            f"text_search_config {config!r} is not a text search configuration of this "
+            f"database ({e}). Use 'english', 'simple' or another one listed by "
+            "SELECT cfgname FROM pg_ts_config, or create it first."
+        ) from e
+
+
+async def _check_table_text_search_config(conn: Any, table: str, config: str) -> None:
+    row = await conn.fetchrow(sql.TABLE_TEXT_SEARCH_CONFIG, table, config)
+    if row is not None and not row["same"]:
+        raise ValueError(
+            f"{table} indexes text with text search configuration {row['config']!r} but "
+            f"this store was given {config!r}: their lexemes would not match. Pass "
+            f"text_search_config={row['config']!r}, or use another table."
+        )
 
 
 async def _check_width(conn: Any, table: str, dim: int) -> None:

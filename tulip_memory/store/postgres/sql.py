@@ -7,6 +7,41 @@ on purpose: pgvector only uses the HNSW index for a bare ``embedding <=> q`` ord
 and HNSW post-filtering would silently return too few rows of a small namespace
 (pgvector 0.6 has no iterative scan). The exact scan over a namespace's rows, found
 through the ``(tenant, ns, ...)`` B-tree, is what guarantees complete recall.
+
+Hybrid search (``search``, ``search_many``, ``search_across``, ``search_turns``) ranks
+the rows of its scope (one namespace; several of one tenant for ``search_across``) in
+ONE statement, from two scores computed over that same exact scan of the scope:
+
+- lexical: bm25 of the rows whose ``tsv`` (a generated ``tsvector`` of ``content`` /
+  ``text`` under the table's text search configuration) holds a lexeme of the query::
+
+      bm25(d) = sum over query lexemes t in d of
+                idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+      idf(t)  = ln(1 + (N - df + 0.5) / (df + 0.5))
+
+  with ``tf`` the positions of ``t`` in ``d``, ``dl`` the distinct lexemes of ``d``, and
+  ``N``, ``avgdl``, ``df`` taken over the scope's rows: another namespace's (or
+  tenant's) text never moves a score.
+- vector: the exact cosine distance ``dist`` to the query vector.
+
+They are fused by a convex combination of normalised scores (``HybridRanking``)::
+
+      fused = lexical_weight * bm25 / max(bm25 over the scope)
+            + vector_weight  * (1 - dist / 2)          -- i.e. (1 + cosine) / 2
+
+a side the row (or the query) lacks counting 0. Rows are ordered by ``fused``, then
+cosine distance (rows without a vector last), then recency, so rows matching neither
+side come after, in vector-then-recency order, and the scope comes back complete:
+``min(limit, rows)``. Default weights: 0.2 lexical / 0.8 vector for semantic encoders,
+0.9 / 0.1 for the offline word-hashing ones (``fusion.WORD_HASHING``); bm25 k1 = 1.2,
+b = 0.4. All tuned on LoCoMo (``bench/recall_quality.py``).
+
+User text reaches Postgres only as a bind parameter and only through ``to_tsvector``:
+the lexemes it yields are quoted into the tsquery that matches rows, so no user text is
+ever parsed as tsquery syntax. The GIN index on ``tsv`` serves lexical lookups across a
+table (admin tools); these statements test ``@@`` on the rows the B-tree scan yields
+anyway, and under forced RLS Postgres would not use the index for the application role
+(``@@`` is not leakproof, so it may not run below the tenant policy).
 """
 
 from __future__ import annotations
@@ -37,6 +72,19 @@ RECORD_VERSION = "INSERT INTO {t}_migrations (version, name) VALUES ($1, $2)"
 VECTOR_WIDTH = """
 SELECT a.atttypmod FROM pg_attribute a
 WHERE a.attrelid = $1::regclass AND a.attname = 'embedding' AND NOT a.attisdropped"""
+
+# Raises undefined_object when the configuration does not exist.
+TEXT_SEARCH_CONFIG = "SELECT $1::regconfig::oid"
+
+# The configuration a table's full-text column was generated with: Postgres records
+# the regconfig constant of the column's expression as a dependency.
+TABLE_TEXT_SEARCH_CONFIG = """
+SELECT d.refobjid::regconfig::text AS config, d.refobjid = $2::regconfig::oid AS same
+FROM pg_attribute a
+JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
+                AND d.refclassid = 'pg_ts_config'::regclass
+WHERE a.attrelid = $1::regclass AND a.attname = 'tsv' AND NOT a.attisdropped"""
 
 UPSERT = """
 INSERT INTO {t} AS m (tenant, ns, key, value, metadata, content, embedding)
@@ -95,42 +143,110 @@ WHERE tenant = $1 AND (ns = $2 OR starts_with(ns, $2 || chr(31)))
 ORDER BY ns LIMIT $3"""
 
 # search_many: one LATERAL per namespace, each ranked exactly as `search` ranks it.
-_MANY = """
+SEARCH_RECENT = f"""
 SELECT n.idx, m.* FROM unnest($2::text[]) WITH ORDINALITY AS n(ns, idx)
-CROSS JOIN LATERAL ({inner} LIMIT $3) m
+CROSS JOIN LATERAL (
+    SELECT {COLS}, row_number() OVER (ORDER BY updated_at DESC, key) AS _pos
+    FROM {{t}} WHERE tenant = $1 AND ns = n.ns ORDER BY updated_at DESC, key LIMIT $3
+) m
 ORDER BY n.idx, m._pos"""
-
-_RECENT_INNER = f"""
-SELECT {COLS}, row_number() OVER (ORDER BY updated_at DESC, key) AS _pos
-FROM {{t}} WHERE tenant = $1 AND ns = n.ns ORDER BY updated_at DESC, key"""
-
-_VECTOR_INNER = f"""
-SELECT {COLS}, row_number() OVER (
-    ORDER BY (embedding <=> $4) + 0 NULLS LAST, updated_at DESC, key) AS _pos
-FROM {{t}} WHERE tenant = $1 AND ns = n.ns
-ORDER BY (embedding <=> $4) + 0 NULLS LAST, updated_at DESC, key"""
-
-_SUBSTRING_INNER = f"""
-SELECT {COLS}, row_number() OVER (ORDER BY updated_at DESC, key) AS _pos
-FROM {{t}} WHERE tenant = $1 AND ns = n.ns AND strpos(lower(content), lower($4)) > 0
-ORDER BY updated_at DESC, key"""
-
-SEARCH_RECENT = _MANY.format(inner=_RECENT_INNER)
-SEARCH_VECTOR = _MANY.format(inner=_VECTOR_INNER)
-SEARCH_SUBSTRING = _MANY.format(inner=_SUBSTRING_INNER)
-
-# One ranking over the rows of several namespaces of a tenant (a recall across types).
-SEARCH_ACROSS_VECTOR = f"""
-SELECT ns, {COLS}, (embedding <=> $4) AS distance FROM {{t}}
-WHERE tenant = $1 AND ns = ANY($2::text[])
-ORDER BY (embedding <=> $4) + 0 NULLS LAST, updated_at DESC, key
-LIMIT $3"""
 
 SEARCH_ACROSS_RECENT = f"""
 SELECT ns, {COLS}, NULL::float8 AS distance FROM {{t}}
 WHERE tenant = $1 AND ns = ANY($2::text[])
 ORDER BY updated_at DESC, key
 LIMIT $3"""
+
+# -- hybrid search (see the module docstring) ---------------------------------------
+# Parameters of every hybrid statement: $1 tenant, $2 namespace(s), $3 limit, $4 query
+# vector (NULL: no vector score), $5 query text, $6 text search configuration, $7
+# lexical weight, $8 vector weight, $9 bm25 k1, $10 bm25 b, and $11 the statement's
+# own filter argument.
+
+# The query's lexemes, and a tsquery matching any of them: each lexeme is quoted the
+# way tsquery input expects (quote and backslash doubled), never parsed as syntax.
+_PROBE = """
+probe AS (
+    SELECT coalesce(array_agg(lexeme), ARRAY[]::text[]) AS terms,
+           string_agg(chr(39) || replace(replace(lexeme, chr(92), repeat(chr(92), 2)),
+                                         chr(39), repeat(chr(39), 2)) || chr(39),
+                      ' | ')::tsquery AS query,
+           $7::float8 AS w_lex, $8::float8 AS w_vec, $9::float8 AS k1, $10::float8 AS b
+    FROM unnest(to_tsvector($6::regconfig, $5::text))
+)"""
+
+
+def _hybrid(
+    *, table: str, scope: str, cols: str, recency: str, out: str, keep: str = "true"
+) -> str:
+    """The rows of ``scope`` in ``table``, hybrid-ranked: ``out`` and ``_pos``, at most
+    ``$3`` of them. ``keep`` may drop ranked rows; it never changes the statistics.
+
+    One pass over the scope's rows, no join: ``hits`` keeps the query's lexemes of a
+    matching row (with their positions), so ``df`` and each row's bm25 unnest only
+    those."""
+    return f"""
+WITH scope AS MATERIALIZED (
+    SELECT {cols}, (embedding <=> $4) + 0 AS dist, length(tsv) AS dl,
+           CASE WHEN tsv @@ p.query
+                THEN ts_filter(setweight(tsv, 'A', p.terms), ARRAY['A']::"char"[]) END AS hits
+    FROM {table} CROSS JOIN probe p WHERE {scope}
+),
+stats AS MATERIALIZED (SELECT count(*)::float8 AS docs, avg(dl)::float8 AS avgdl FROM scope),
+df AS MATERIALIZED (
+    SELECT u.lexeme, count(*)::float8 AS df
+    FROM scope s CROSS JOIN LATERAL unnest(s.hits) AS u
+    GROUP BY u.lexeme
+),
+scored AS MATERIALIZED (
+    SELECT s.*, (
+        SELECT sum(ln(1 + (st.docs - df.df + 0.5) / (df.df + 0.5))
+                   * cardinality(u.positions) * (p.k1 + 1)
+                   / (cardinality(u.positions) + p.k1 * (1 - p.b + p.b * s.dl / st.avgdl)))
+        FROM unnest(s.hits) AS u JOIN df USING (lexeme)) AS bm25
+    FROM scope s CROSS JOIN stats st CROSS JOIN probe p
+),
+fused AS (
+    SELECT s.*, p.w_lex * coalesce(s.bm25 / max(s.bm25) OVER (), 0)
+              + p.w_vec * coalesce(1 - s.dist / 2, 0) AS fused
+    FROM scored s CROSS JOIN probe p
+)
+SELECT {out}, row_number() OVER (ORDER BY fused DESC, dist NULLS LAST, {recency}) AS _pos
+FROM fused WHERE {keep}
+ORDER BY _pos
+LIMIT $3"""
+
+
+_MEMORY_COLS = f"ns, {COLS}, content"
+
+# One namespace per LATERAL. $11: keep only rows that match the query lexically or
+# as a substring (the substring-only mode, whose rows carry no vectors).
+_SEARCH_ONE = _hybrid(
+    table="{t}",
+    scope="tenant = $1 AND ns = n.ns",
+    cols=_MEMORY_COLS,
+    recency="updated_at DESC, key",
+    out=COLS,
+    keep="($11::bool IS NOT TRUE OR bm25 IS NOT NULL"
+    " OR strpos(lower(content), lower($5::text)) > 0)",
+)
+SEARCH_HYBRID = f"""
+WITH {_PROBE}
+SELECT n.idx, m.* FROM unnest($2::text[]) WITH ORDINALITY AS n(ns, idx)
+CROSS JOIN LATERAL ({_SEARCH_ONE}) m
+ORDER BY n.idx, m._pos"""
+
+# One ranking over the rows of several namespaces of a tenant (a recall across types).
+_SEARCH_ACROSS = _hybrid(
+    table="{t}",
+    scope="tenant = $1 AND ns = ANY ($2::text[])",
+    cols=_MEMORY_COLS,
+    recency="updated_at DESC, ns, key",
+    out=f"ns, {COLS}, dist AS distance",
+)
+SEARCH_ACROSS_HYBRID = f"""
+WITH {_PROBE}
+SELECT h.* FROM ({_SEARCH_ACROSS}) h ORDER BY h._pos"""
 
 # Turns of a session, once per event: a redelivered event adds nothing.
 INSERT_TURNS = """
@@ -141,13 +257,18 @@ FROM unnest($6::int[], $7::text[], $8::text[], $9::text[], $10::vector[])
      AS u(position, text, turn, metadata, embedding)
 ON CONFLICT DO NOTHING"""
 
-# Exact ranking over the namespace's turns (see the module docstring on completeness).
-SEARCH_TURNS = """
-SELECT text, turn, metadata, position, 1 - (embedding <=> $3) AS score FROM {t}_turns
-WHERE tenant = $1 AND ns = $2 AND embedding IS NOT NULL
-  AND ($5::float8 IS NULL OR 1 - (embedding <=> $3) >= $5::float8)
-ORDER BY (embedding <=> $3) + 0, created_at DESC, event_id, position
-LIMIT $4"""
+# The namespace's turns, hybrid-ranked; $11 is a cosine similarity threshold.
+_SEARCH_TURNS = _hybrid(
+    table="{t}_turns",
+    scope="tenant = $1 AND ns = $2::text",
+    cols="event_id, position, text, turn, metadata, created_at",
+    recency="created_at DESC, event_id, position",
+    out="text, turn, metadata, position, 1 - dist AS score",
+    keep="($11::float8 IS NULL OR 1 - dist >= $11::float8)",
+)
+SEARCH_TURNS = f"""
+WITH {_PROBE}
+SELECT h.* FROM ({_SEARCH_TURNS}) h ORDER BY h._pos"""
 
 SEARCH_BY_EMBEDDING = f"""
 SELECT {COLS}, (embedding <=> $3) AS distance FROM {{t}}

@@ -22,10 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from tulip_memory.embeddings import BaseEmbedding, EmbeddingCache, HRREncoder
+from tulip_memory.embeddings import BaseEmbedding, EmbeddingCache, HashingEmbedder, HRREncoder
 from tulip_memory.embeddings.base import Vectors
 from tulip_memory.errors import TenantIsolationError
 from tulip_memory.store.base import BaseStore, BatchItem
+from tulip_memory.store.fusion import WORD_HASHING, HybridRanking
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
 from tulip_memory.store.postgres import sql
 from tulip_memory.store.postgres.schema import ensure_schema
@@ -54,9 +55,13 @@ PGVECTOR_ANN_MAX_DIM = 2000
 _DEFAULT_PG_DIM = 512
 _DEFAULT_ENCODING_CACHE = 1024
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
+#: A text search configuration name, optionally schema-qualified (``pg_catalog.english``).
+_TS_CONFIG = re.compile(r"^(?:[a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,62}$")
+DEFAULT_TEXT_SEARCH_CONFIG = "english"
 _SUBSTRING_ONLY = (
     "PgMemory: numpy is not installed and no embedder was given, so rows are stored "
-    "without vectors and search degrades to a case-insensitive substring match. "
+    "without vectors and search degrades to full-text (bm25) and case-insensitive "
+    "substring matches. "
     "Install numpy (pip install numpy) or pass an embedder for ranked recall."
 )
 
@@ -68,6 +73,24 @@ def _validate_ident(name: str, what: str) -> str:
             "and underscores, starting with a letter or underscore, at most 48 characters"
         )
     return name
+
+
+def _validate_ts_config(name: str) -> str:
+    if not isinstance(name, str) or not _TS_CONFIG.match(name):
+        raise ValueError(
+            f"text_search_config {name!r} is not a text search configuration name: use "
+            "lower-case letters, digits and underscores, optionally schema-qualified "
+            "(e.g. 'english', 'simple', 'public.my_config')"
+        )
+    return name
+
+
+def _default_ranking(encoder: BaseEmbedding | None) -> HybridRanking:
+    """:data:`WORD_HASHING` for the offline encoders that hash words, else the
+    defaults tuned for semantic encoders."""
+    if encoder is None or isinstance(encoder, HashingEmbedder | HRREncoder):
+        return WORD_HASHING
+    return HybridRanking()
 
 
 def _numpy() -> Any:
@@ -89,13 +112,27 @@ class PgMemory(BaseStore):
         schema: str = "public",
         pool_size: int = 10,
         allow_rls_bypass: bool = False,
+        text_search_config: str = DEFAULT_TEXT_SEARCH_CONFIG,
+        ranking: HybridRanking | None = None,
     ) -> None:
+        """``text_search_config`` names the Postgres text search configuration that
+        tokenises, stems and drops stop words ('english': Snowball stemming and the
+        English stop list; 'simple': lower-casing only, every word kept; or one of
+        your own, e.g. a copy of 'english' with another stop-word file). A table is
+        indexed under the configuration of the store that created its full-text
+        column, and a store with another one is refused at first use. ``ranking``
+        sets the weights of the hybrid (bm25 + vector) search; by default
+        :data:`~tulip_memory.store.fusion.WORD_HASHING` for the offline word-hashing
+        encoders, :class:`~tulip_memory.store.fusion.HybridRanking` for any other."""
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
         if encoding_cache < 0:
             raise ValueError(f"encoding_cache must be >= 0, got {encoding_cache}")
         if pool_size < 1:
             raise ValueError(f"pool_size must be >= 1, got {pool_size}")
+        if ranking is not None and not isinstance(ranking, HybridRanking):
+            raise TypeError(f"ranking must be a HybridRanking, got {type(ranking).__name__}")
+        self._ts_config = _validate_ts_config(text_search_config)
         self._dsn = dsn
         self._table = _validate_ident(table, "table")
         self._schema = _validate_ident(schema, "schema")
@@ -131,6 +168,7 @@ class PgMemory(BaseStore):
         self._encoder: BaseEmbedding | None = (
             None if self._substring_only else (embedder or HRREncoder(dim))
         )
+        self._ranking = ranking if ranking is not None else _default_ranking(self._encoder)
         self._cache = EmbeddingCache(encoding_cache)
         self._pool_size = pool_size
         self._allow_rls_bypass = allow_rls_bypass
@@ -164,6 +202,14 @@ class PgMemory(BaseStore):
     def encoding_cache(self) -> EmbeddingCache:
         return self._cache
 
+    @property
+    def text_search_config(self) -> str:
+        return self._ts_config
+
+    @property
+    def ranking(self) -> HybridRanking:
+        return self._ranking
+
     async def _get_pool(self) -> Any:
         if self._pool is not None:
             return self._pool
@@ -180,7 +226,12 @@ class PgMemory(BaseStore):
         try:
             await self._check_role(conn)
             await ensure_schema(
-                conn, table=self._qualified, name=self._table, dim=self._vdim, ann=self._ann
+                conn,
+                table=self._qualified,
+                name=self._table,
+                dim=self._vdim,
+                ann=self._ann,
+                text_search_config=self._ts_config,
             )
         finally:
             await conn.close()
@@ -216,6 +267,20 @@ class PgMemory(BaseStore):
             vec = _nonzero((await self._encoder.aembed([text]))[0])
             self._cache.put(key, vec)
         return vec
+
+    async def _query_vector(self, tenant: str, text: str) -> Vectors | None:
+        """The query's vector for a hybrid search; none when the vector list has no
+        weight (a lexical-only ranking never calls the embedder on the read path)."""
+        if self._ranking.vector_weight == 0:
+            return None
+        return await self._vector(tenant, text)
+
+    def _text_args(self, query: str) -> tuple[Any, ...]:
+        """``$5``–``$10`` of a hybrid statement: the query text (NUL, which Postgres
+        text cannot hold, read as a space), the configuration, the ranking knobs."""
+        r = self._ranking
+        text = query.replace("\x00", " ")
+        return (text, self._ts_config, r.lexical_weight, r.vector_weight, r.k1, r.b)
 
     def _warn_substring(self) -> None:
         if not self._substring_warned:
@@ -300,18 +365,21 @@ class PgMemory(BaseStore):
         top_k: int = 5,
         threshold: float | None = None,
     ) -> list[TurnMatch]:
-        """The namespace's turns most similar to ``query``, exactly ranked (complete:
-        ``min(top_k, turns)`` results when no threshold cuts them)."""
+        """The namespace's turns most relevant to ``query``, hybrid-ranked (bm25 and
+        exact cosine, fused; see :mod:`~tulip_memory.store.postgres.sql`) and complete:
+        ``min(top_k, turns)`` results when no threshold cuts them. ``score`` and
+        ``threshold`` are cosine similarities (0.0 for a turn without a vector, which
+        any threshold drops)."""
         ns = validate_namespace(namespace)
         if top_k <= 0:
             return []
-        qvec = await self._vector(ns[0], query)
-        if qvec is None:
-            return []
-        rows = await self._fetch(ns[0], "SEARCH_TURNS", NS_SEP.join(ns), qvec, top_k, threshold)
+        qvec = await self._query_vector(ns[0], query) if query else None
+        rows = await self._fetch(
+            ns[0], "SEARCH_TURNS", NS_SEP.join(ns), top_k, qvec, *self._text_args(query), threshold
+        )
         return [
             TurnMatch(
-                score=float(r["score"]),
+                score=0.0 if r["score"] is None else float(r["score"]),
                 text=r["text"],
                 turn=json.loads(r["turn"]),
                 metadata=json.loads(r["metadata"]),
@@ -420,16 +488,18 @@ class PgMemory(BaseStore):
             return []
         tenant = tenant_of(nss, "search_many")
         names = [NS_SEP.join(ns) for ns in nss]
-        stmt, extra = "SEARCH_RECENT", list[Any]()
-        if query:
-            if self._encoder is None:
+        if not query:
+            rows = await self._fetch(tenant, "SEARCH_RECENT", names, limit)
+        else:
+            # Without vectors (substring-only mode) a search keeps its documented
+            # match semantics: rows matching lexically or as a substring, bm25 first.
+            substring_only = self._encoder is None
+            if substring_only:
                 self._warn_substring()
-                stmt, extra = "SEARCH_SUBSTRING", [query]
-            else:
-                qvec = await self._vector(tenant, query)
-                if qvec is not None:
-                    stmt, extra = "SEARCH_VECTOR", [qvec]
-        rows = await self._fetch(tenant, stmt, names, limit, *extra)
+            qvec = await self._query_vector(tenant, query)
+            rows = await self._fetch(
+                tenant, "SEARCH_HYBRID", names, limit, qvec, *self._text_args(query), substring_only
+            )
         out: list[list[StoreItem]] = [[] for _ in nss]
         for r in rows:
             i = int(r["idx"]) - 1
@@ -443,17 +513,19 @@ class PgMemory(BaseStore):
         limit: int = 10,
     ) -> list[SemanticSearchResult]:
         """One ranking over the rows of several namespaces of one tenant, in one
-        statement: most similar first (most recent first without a query)."""
+        statement: hybrid (bm25 and exact cosine, fused) with a query, most recent
+        first without one. ``score`` and ``distance`` are the row's cosine ones."""
         nss = [validate_namespace(ns) for ns in namespaces]
         if not nss:
             return []
         tenant = tenant_of(nss, "search_across")
         by_name = {NS_SEP.join(ns): ns for ns in nss}
-        qvec = await self._vector(tenant, query) if query else None
-        if qvec is None:
+        if not query:
             rows = await self._fetch(tenant, "SEARCH_ACROSS_RECENT", list(by_name), limit)
         else:
-            rows = await self._fetch(tenant, "SEARCH_ACROSS_VECTOR", list(by_name), limit, qvec)
+            qvec = await self._query_vector(tenant, query)
+            args = (list(by_name), limit, qvec, *self._text_args(query))
+            rows = await self._fetch(tenant, "SEARCH_ACROSS_HYBRID", *args)
         out = []
         for r in rows:
             dist = None if r["distance"] is None else float(r["distance"])
