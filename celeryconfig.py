@@ -33,9 +33,9 @@ VISIBILITY_TIMEOUT = _int_env("TULIP_VISIBILITY_TIMEOUT", 2 * 60 * 60)
 TASK_TIME_LIMIT = _int_env("TULIP_TASK_TIME_LIMIT", 30 * 60)
 
 
-def _kombu_url(url: str) -> str:
+def kombu_url(url: str) -> str:
     """redis-py's ``unix://path?db=N`` (what ``tulip-memory dev`` writes) as kombu
-    spells it. Kept here because this module imports nothing of ours."""
+    spells it: ``redis+socket://path?virtual_host=N``. The producer uses it too."""
     parts = urlsplit(url)
     if parts.scheme != "unix":
         return url
@@ -43,7 +43,7 @@ def _kombu_url(url: str) -> str:
     return f"redis+socket://{parts.path}" + (f"?virtual_host={db}" if db else "")
 
 
-broker_url = _kombu_url(os.environ.get("TULIP_BROKER_URL", "redis://127.0.0.1:6379/0"))
+broker_url = kombu_url(os.environ.get("TULIP_BROKER_URL", "redis://127.0.0.1:6379/0"))
 _rabbit = broker_url.startswith(("amqp", "pyamqp"))
 
 exchange = Exchange("memory", type="direct", durable=True)

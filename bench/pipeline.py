@@ -57,9 +57,10 @@ from bench._services import (
     open_services,
     raise_on_interrupts,
 )
+from celeryconfig import kombu_url
 from producer import Producer
 from producer.events import namespace_key
-from producer.producer import EXTRACT_QUEUE_PREFIX, SEQ_KEY_PREFIX, kombu_url
+from producer.producer import EXTRACT_QUEUE_PREFIX, SEQ_KEY_PREFIX
 from producer.routing import ShardRouter
 from tests.support.openai_server import FakeOpenAI, Reply
 from tulip_memory import ledger

@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import parse_qs, urlsplit
 
 import redis
 from celery import Celery
@@ -34,6 +33,7 @@ from kombu import Queue
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from celeryconfig import kombu_url
 from producer import events
 from producer.claimcheck import ClaimCheckStore
 from producer.events import (
@@ -83,15 +83,6 @@ class PublishError(TulipMemoryError):
 
 
 # --- broker plumbing: pure functions, no I/O --------------------------------------
-
-
-def kombu_url(url: str) -> str:
-    """The broker URL as kombu spells it: redis-py's ``unix://`` is kombu's ``redis+socket://``."""
-    parts = urlsplit(url)
-    if parts.scheme != "unix":
-        return url
-    db = parse_qs(parts.query).get("db", [""])[0]
-    return f"redis+socket://{parts.path}" + (f"?virtual_host={db}" if db else "")
 
 
 def transport_options(settings: ProducerSettings) -> dict[str, Any]:

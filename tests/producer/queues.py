@@ -10,9 +10,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 from kombu import Connection
 
+from celeryconfig import kombu_url
 from producer import ProducerSettings
 from producer.events import Envelope, decode
-from producer.producer import extract_queues, kombu_url
+from producer.producer import extract_queues
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 import celeryconfig
+from celeryconfig import kombu_url
 from producer import Producer, ProducerSettings
-from producer.producer import celery_app, extract_queues, kombu_url, transport_options
+from producer.producer import celery_app, extract_queues, transport_options
 from tests.producer.queues import take_all
 
 

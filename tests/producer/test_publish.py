@@ -14,6 +14,7 @@ import boto3
 import pytest
 import redis
 
+from celeryconfig import kombu_url
 from producer import AsyncProducer, ClaimCheckStore, ProducerSettings
 from producer.events import TASKS, Envelope, EventError, namespace_key
 from producer.producer import (
@@ -21,7 +22,6 @@ from producer.producer import (
     SEQ_KEY_PREFIX,
     PublishError,
     extract_queues,
-    kombu_url,
 )
 from producer.routing import ShardRouter
 from tests.producer.conftest import SHARDS, MakeProducer

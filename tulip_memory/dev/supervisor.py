@@ -101,9 +101,6 @@ class Supervisor:
     def pids(self) -> dict[str, int]:
         return {name: r.proc.pid for name, r in self._running.items()}
 
-    def restarts(self) -> dict[str, int]:
-        return {name: r.restarts for name, r in self._running.items()}
-
     def check(self) -> list[str]:
         """Restart workers that exited; returns the names restarted. A worker that
         keeps dying right after start is restarted no faster than ``min_uptime``."""

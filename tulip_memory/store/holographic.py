@@ -43,15 +43,19 @@ from tulip_memory.errors import StoreCapabilityError
 from tulip_memory.store.base import BaseStore, BatchItem
 from tulip_memory.store.fusion import DEFAULT_K, fuse
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
-from tulip_memory.store.ranking import cosine_distances, json_contains, score_of, tenant_of
+from tulip_memory.store.ranking import (
+    cosine_distances,
+    json_contains,
+    score_of,
+    tenant_of,
+    vector_or_none,
+)
 from tulip_memory.store.validation import (
     NS_SEP,
-    content_of,
-    encode_json,
     validate_key,
-    validate_metadata,
     validate_namespace,
     validate_vector,
+    validate_write,
 )
 
 T = TypeVar("T")
@@ -281,12 +285,9 @@ class _Write:
 
 
 def _prepare(namespace: Any, key: Any, value: Any, metadata: Any) -> _Write:
-    ns = validate_namespace(namespace)
-    k = validate_key(key)
-    md = validate_metadata(metadata)
-    value_json = encode_json(value, "value")
-    terms = " ".join(lexical_terms(content_of(value)))
-    return _Write(NS_SEP.join(ns), k, value_json, encode_json(md, "metadata"), terms)
+    w = validate_write(namespace, key, value, metadata)
+    terms = " ".join(lexical_terms(w.content))
+    return _Write(NS_SEP.join(w.namespace), w.key, w.value_json, w.metadata_json, terms)
 
 
 def _blob(vec: Vectors) -> bytes | None:
@@ -438,7 +439,7 @@ class HolographicStore(BaseStore):
         if self._encoder is None:
             return None
         vec = self._encoder.embed([" ".join(lexical_terms(query))])[0]
-        return vec if bool(np.any(vec)) else None
+        return vector_or_none(vec)
 
     # -- writes ---------------------------------------------------------------------
 

@@ -20,14 +20,19 @@ from tulip_memory.embeddings import BaseEmbedding, HRREncoder
 from tulip_memory.embeddings.base import Vectors
 from tulip_memory.store.base import BaseStore, BatchItem
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
-from tulip_memory.store.ranking import cosine_distances, json_contains, score_of, tenant_of
+from tulip_memory.store.ranking import (
+    cosine_distances,
+    json_contains,
+    score_of,
+    tenant_of,
+    vector_or_none,
+)
 from tulip_memory.store.validation import (
-    content_of,
-    encode_json,
+    ValidWrite,
     validate_key,
-    validate_metadata,
     validate_namespace,
     validate_vector,
+    validate_write,
 )
 
 
@@ -79,31 +84,20 @@ class InMemoryStore(BaseStore):
         metadata: dict[str, Any] | None = None,
     ) -> None:
         vec = validate_vector(embedding, self._encoder.dimension)
-        prepared = self._prepare(namespace, key, value, metadata)
-        self._commit([(*prepared, _nonzero(np.asarray(vec, dtype=np.float32)))])
+        write = validate_write(namespace, key, value, metadata)
+        self._commit([(write, vector_or_none(np.asarray(vec, dtype=np.float32)))])
 
     async def put_batch(self, items: list[BatchItem]) -> None:
-        prepared = [self._prepare(ns, k, v, md) for ns, k, v, md in items]
-        texts = [content_of(json.loads(p[2])) for p in prepared]
-        vectors = await self._encoder.aembed(texts) if texts else None
-        rows = (
-            [(*p, _nonzero(vectors[i])) for i, p in enumerate(prepared)]
-            if vectors is not None
-            else []
-        )
-        self._commit(rows)
+        writes = [validate_write(ns, k, v, md) for ns, k, v, md in items]
+        if not writes:
+            return
+        vectors = await self._encoder.aembed([w.content for w in writes])
+        self._commit([(w, vector_or_none(vectors[i])) for i, w in enumerate(writes)])
 
-    def _prepare(
-        self, namespace: Any, key: Any, value: Any, metadata: Any
-    ) -> tuple[tuple[str, ...], str, str, str]:
-        ns = validate_namespace(namespace)
-        k = validate_key(key)
-        md = validate_metadata(metadata)
-        return ns, k, encode_json(value, "value"), encode_json(md, "metadata")
-
-    def _commit(self, rows: list[tuple[tuple[str, ...], str, str, str, Vectors | None]]) -> None:
+    def _commit(self, rows: list[tuple[ValidWrite, Vectors | None]]) -> None:
         with self._lock:
-            for ns, key, value_json, md_json, vec in rows:
+            for write, vec in rows:
+                ns, key = write.namespace, write.key
                 now = self._tick()
                 old = self._rows.get((ns, key))
                 item = StoreItem(
@@ -115,7 +109,7 @@ class InMemoryStore(BaseStore):
                     updated_at=now,
                     version=old.item.version + 1 if old else 1,
                 )
-                self._rows[(ns, key)] = _Row(item, value_json, md_json, vec)
+                self._rows[(ns, key)] = _Row(item, write.value_json, write.metadata_json, vec)
 
     def _tick(self) -> datetime:
         # Strictly increasing timestamps, so recency order is total within a process.
@@ -185,7 +179,7 @@ class InMemoryStore(BaseStore):
         if not nss:
             return []
         tenant_of(nss, "search_many")
-        qvec = _nonzero((await self._encoder.aembed([query]))[0]) if query else None
+        qvec = vector_or_none((await self._encoder.aembed([query]))[0]) if query else None
         return [[_materialize(r) for r, _ in self._ranked(ns, qvec, limit)] for ns in nss]
 
     async def search_by_embedding(
@@ -198,7 +192,7 @@ class InMemoryStore(BaseStore):
     ) -> list[SemanticSearchResult]:
         ns = validate_namespace(namespace)
         q = np.asarray(validate_vector(query_embedding, self._encoder.dimension), np.float32)
-        ranked = self._ranked(ns, _nonzero(q), None, metadata_filter, vectors_only=True)
+        ranked = self._ranked(ns, vector_or_none(q), None, metadata_filter, vectors_only=True)
         out: list[SemanticSearchResult] = []
         for row, dist in ranked:
             score = score_of(dist)
@@ -239,11 +233,6 @@ class InMemoryStore(BaseStore):
         order = sorted(range(len(with_vec)), key=lambda i: dists[i])  # stable: ties keep recency
         ranked = [(with_vec[i], dists[i]) for i in order] + [(r, float("nan")) for r in without]
         return ranked[:limit]
-
-
-def _nonzero(vec: Vectors) -> Vectors | None:
-    """A vector, or ``None`` for the all-zero encoding of a text without tokens."""
-    return vec if bool(np.any(vec)) else None
 
 
 def _materialize(row: _Row) -> StoreItem:

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tulip_memory.embeddings.base import Vectors
+
 
 def cosine_distances(matrix: npt.NDArray[np.float32], query: npt.NDArray[np.float32]) -> Any:
     """Cosine distance (1 - cosine similarity) of each row of ``matrix`` to ``query``."""
@@ -15,6 +17,12 @@ def cosine_distances(matrix: npt.NDArray[np.float32], query: npt.NDArray[np.floa
     with np.errstate(divide="ignore", invalid="ignore"):
         sims = (matrix @ query) / norms
     return 1.0 - np.nan_to_num(sims, nan=0.0)
+
+
+def vector_or_none(vec: Vectors) -> Vectors | None:
+    """A vector, or ``None`` for the all-zero encoding of a text without tokens (its
+    cosine is undefined, so it is stored as no vector)."""
+    return vec if bool(np.any(vec)) else None
 
 
 def score_of(distance: float) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 #: Joins namespace parts into one string for storage; a part may not contain it.
@@ -88,6 +89,26 @@ def validate_vector(vector: Any, dimension: int, what: str = "embedding") -> lis
     if not all(math.isfinite(x) for x in out):
         raise ValueError(f"{what} contains NaN or infinity")
     return out
+
+
+@dataclass(frozen=True)
+class ValidWrite:
+    """One write every backend accepts: checked, serialized, and its search text."""
+
+    namespace: Namespace
+    key: str
+    value_json: str
+    metadata_json: str
+    content: str
+
+
+def validate_write(namespace: Any, key: Any, value: Any, metadata: Any) -> ValidWrite:
+    """Check a ``put``'s arguments, or raise naming what is wrong (nothing written)."""
+    ns = validate_namespace(namespace)
+    k = validate_key(key)
+    md = validate_metadata(metadata)
+    value_json = encode_json(value, "value")
+    return ValidWrite(ns, k, value_json, encode_json(md, "metadata"), content_of(value))
 
 
 def content_of(value: Any) -> str:

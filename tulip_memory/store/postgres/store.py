@@ -37,15 +37,14 @@ from tulip_memory.store.postgres.writer import (
     PreparedTurns,
     TurnRow,
 )
-from tulip_memory.store.ranking import score_of, tenant_of
+from tulip_memory.store.ranking import score_of, tenant_of, vector_or_none
 from tulip_memory.store.validation import (
     NS_SEP,
-    content_of,
     encode_json,
     validate_key,
-    validate_metadata,
     validate_namespace,
     validate_vector,
+    validate_write,
 )
 
 log = logging.getLogger(__name__)
@@ -264,7 +263,7 @@ class PgMemory(BaseStore):
         key = (tenant, self._encoder.model, text)
         found, vec = self._cache.get(key)
         if not found:
-            vec = _nonzero((await self._encoder.aembed([text]))[0])
+            vec = vector_or_none((await self._encoder.aembed([text]))[0])
             self._cache.put(key, vec)
         return vec
 
@@ -308,7 +307,7 @@ class PgMemory(BaseStore):
     ) -> None:
         vec = np.asarray(validate_vector(embedding, self._vdim), dtype=np.float32)
         rows = [_prepare(namespace, key, value, metadata)]
-        batch = PreparedBatch(tenant_of([rows[0][0]], "put"), rows, [_nonzero(vec)])
+        batch = PreparedBatch(tenant_of([rows[0][0]], "put"), rows, [vector_or_none(vec)])
         async with self.transaction(batch.tenant) as tx:
             await tx.write(batch)
 
@@ -345,7 +344,7 @@ class PgMemory(BaseStore):
         vectors: list[Vectors | None] = [None] * len(texts)
         if self._encoder is not None and texts:
             encoded = await self._encoder.aembed(texts)
-            vectors = [_nonzero(encoded[i]) for i in range(len(texts))]
+            vectors = [vector_or_none(encoded[i]) for i in range(len(texts))]
         batch = PreparedBatch(tenant, rows, vectors[: len(rows)]) if tenant else None
         prepared_turns = None
         if turns is not None:
@@ -585,21 +584,14 @@ class TurnMatch:
 
 def _prepare(namespace: Any, key: Any, value: Any, metadata: Any) -> Prepared:
     """Validate one write; ``(ns, key, value_json, metadata_json, content)``."""
-    ns = validate_namespace(namespace)
-    k = validate_key(key)
-    md = validate_metadata(metadata)
-    value_json = encode_json(value, "value")
-    return ns, k, value_json, encode_json(md, "metadata"), content_of(value)
+    w = validate_write(namespace, key, value, metadata)
+    return w.namespace, w.key, w.value_json, w.metadata_json, w.content
 
 
 def _dedupe(rows: list[Prepared]) -> list[Prepared]:
     """Last write of a (namespace, key) wins, as sequential puts would leave it."""
     last = {(r[0], r[1]): r for r in rows}
     return list(last.values())
-
-
-def _nonzero(vec: Vectors) -> Vectors | None:
-    return vec if bool(np.any(vec)) else None
 
 
 def _row_to_item(ns: tuple[str, ...], r: Any) -> StoreItem:
