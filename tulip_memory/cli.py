@@ -55,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     provision.add_argument("--schema", default="public")
     provision.set_defaults(run=_provision)
 
+    from tulip_memory.reindex.cli import add_parser as add_reindex
+
+    add_reindex(sub)
+
     dlq = sub.add_parser("dlq", help="inspect and replay dead letters (admin connection)")
     dlq.add_argument(
         "--database-url",

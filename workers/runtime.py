@@ -17,6 +17,7 @@ from tulip_memory._portal import Portal
 from tulip_memory.config import store_from_env
 from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.extract import LLMExtractorConfig
+from tulip_memory.reindex import Reindexer
 from tulip_memory.summarize import summary_model_from_env
 from workers.checkpoints import CheckpointWorker
 from workers.env import positive_int, redis_url
@@ -37,6 +38,7 @@ class WorkerRuntime:
         self._extraction: ExtractionWorker | None = None
         self._checkpoints: CheckpointWorker | None = None
         self._summaries: SummaryWorker | None = None
+        self._reindexer: Reindexer | None = None
         self._lock = threading.Lock()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -81,6 +83,12 @@ class WorkerRuntime:
                     slot=_llm_slot() if model else None,
                 )
             return self._summaries
+
+    def reindexer(self) -> Reindexer:
+        with self._lock:
+            if self._reindexer is None:
+                self._reindexer = Reindexer(store_from_env())
+            return self._reindexer
 
 
 def _llm_slot() -> SlotFactory:

@@ -8,6 +8,7 @@ from celery.signals import worker_process_init
 
 from producer.events import CHECKPOINT_SAVED, SESSION_ENDED, TASKS
 from workers.app import app
+from workers.reindexing import REINDEX_TASK
 from workers.runtime import SUMMARIZE_TASK, reset_after_fork, runtime
 
 
@@ -32,6 +33,13 @@ def summarize(thread_id: str) -> str:
     """Bring one thread's background summary up to date (pooled, unordered)."""
     rt = runtime()
     return rt.run(rt.summaries().run(thread_id))
+
+
+@app.task(name=REINDEX_TASK)  # type: ignore[untyped-decorator]
+def reindex(job_id: int, range_id: int) -> str:
+    """Embed and write one keyset range of a reindex job (pooled, unordered)."""
+    rt = runtime()
+    return rt.run(rt.reindexer().run_batch(job_id, range_id))
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 #: Ordered roles (one solo worker per shard queue ``<prefix>.<k>``).
 ROLES = {"extract": "memory.extract", "checkpoint": "memory.checkpoint"}
 #: Unordered roles: one pooled worker on one queue.
-POOLED = {"summarize": "memory.summarize"}
+POOLED = {"summarize": "memory.summarize", "reindex": "memory.reindex"}
 POOL_CONCURRENCY = 2
 
 

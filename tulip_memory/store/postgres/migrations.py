@@ -102,6 +102,59 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX {p}_turns_tsv ON {t}_turns USING gin (tsv)",
         ),
     ),
+    Migration(
+        7,
+        "vector slots per embedding model and online reindex jobs",
+        (
+            """CREATE TABLE {t}_slots (
+                slot text PRIMARY KEY,
+                model text NOT NULL,
+                dim integer NOT NULL,
+                spec text,
+                api_base text,
+                created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+            )""",
+            """CREATE TABLE {t}_layout (
+                scope text PRIMARY KEY,
+                read_slot text NOT NULL,
+                write_slots text[] NOT NULL
+            )""",
+            "INSERT INTO {t}_layout VALUES ('', 'embedding', ARRAY['embedding'])",
+            """CREATE TABLE {t}_reindex_jobs (
+                id bigserial PRIMARY KEY,
+                scope text NOT NULL,
+                slot text NOT NULL,
+                model text NOT NULL,
+                spec text NOT NULL,
+                api_base text,
+                dim integer NOT NULL,
+                batch integer NOT NULL,
+                planned_rows bigint NOT NULL DEFAULT 0,
+                status text NOT NULL,
+                error text,
+                previous jsonb NOT NULL DEFAULT '{{}}'::jsonb,
+                created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+                updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+                switched_at timestamptz,
+                finalized_at timestamptz
+            )""",
+            """CREATE UNIQUE INDEX {p}_reindex_open ON {t}_reindex_jobs (scope)
+                WHERE status <> 'finalized'""",
+            """CREATE TABLE {t}_reindex_ranges (
+                job bigint NOT NULL REFERENCES {t}_reindex_jobs (id) ON DELETE CASCADE,
+                id integer NOT NULL,
+                tenant text NOT NULL,
+                kind text NOT NULL,
+                lo jsonb,
+                hi jsonb,
+                status text NOT NULL DEFAULT 'pending',
+                rows integer NOT NULL DEFAULT 0,
+                runs integer NOT NULL DEFAULT 0,
+                finished_at timestamptz,
+                PRIMARY KEY (job, id)
+            )""",
+        ),
+    ),
 )
 
 

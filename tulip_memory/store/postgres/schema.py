@@ -12,9 +12,18 @@ Step = tuple[int, str, list[str]]
 
 
 async def ensure_schema(
-    conn: Any, *, table: str, name: str, dim: int, ann: bool, text_search_config: str
+    conn: Any,
+    *,
+    table: str,
+    name: str,
+    dim: int,
+    ann: bool,
+    text_search_config: str,
+    model: str,
 ) -> list[int]:
-    """Bring a memories table up to date; return the versions applied now."""
+    """Bring a memories table up to date; return the versions applied now. ``model``
+    names the vectors of the original ``embedding`` column when the table's slot
+    registry is created (the store's own encoder)."""
     await _ensure_vector(conn)
     await _check_text_search_config(conn, text_search_config)
     steps = [
@@ -26,6 +35,7 @@ async def ensure_schema(
         for m in MIGRATIONS
     ]
     applied = await apply_migrations(conn, table, steps)
+    await conn.execute(sql.SEED_SLOT.format(t=table), model, dim)
     await _check_width(conn, table, dim)
     await _check_table_text_search_config(conn, table, text_search_config)
     return applied
@@ -97,6 +107,10 @@ async def _check_table_text_search_config(conn: Any, table: str, config: str) ->
 
 
 async def _check_width(conn: Any, table: str, dim: int) -> None:
+    """The original column must fit this store's encoder while recall reads it; once
+    a reindex moved recall to a slot of its own model, that slot's model is used."""
+    if await conn.fetchval(sql.READS_ORIGINAL.format(t=table)) is not True:
+        return
     width = await conn.fetchval(sql.VECTOR_WIDTH, table)
     if width is not None and width != dim:
         raise ValueError(

@@ -50,6 +50,36 @@ COLS = "key, value, metadata, created_at, updated_at, version"
 
 PIN_TENANT = "SELECT set_config('tulip.tenant', $1, true)"
 
+# A write transaction's first statement: the tenant, and the layout lock held shared
+# (see ``slots``), so a layout change waits for writes in flight and later writes
+# read the layout it left.
+PIN_SHARED = """
+SELECT set_config('tulip.tenant', $1, true), pg_advisory_xact_lock_shared(hashtext('{t}/layout'))"""
+
+LAYOUT_LOCK = "SELECT pg_advisory_xact_lock(hashtext('{t}/layout'))"
+
+_LAYOUT = """
+SELECT read_slot, write_slots FROM {t}_layout
+WHERE scope = $1 OR scope = '' ORDER BY scope = '' LIMIT 1"""
+
+# The tenant's slots, read after PIN_SHARED in a statement of its own (a statement
+# sees what committed before it started).
+LAYOUT = _LAYOUT
+
+# A read transaction's first statement: the tenant, and the slots its recall reads.
+PIN_LAYOUT = f"""
+SELECT set_config('tulip.tenant', $1, true) AS pinned, l.read_slot, l.write_slots
+FROM (SELECT 1) AS one LEFT JOIN LATERAL ({_LAYOUT}) AS l ON true"""
+
+SLOTS = "SELECT slot, model, dim, spec, api_base FROM {t}_slots ORDER BY created_at, slot"
+
+# Whether recall of the tenants without a layout of their own reads the original slot.
+READS_ORIGINAL = "SELECT read_slot = 'embedding' FROM {t}_layout WHERE scope = ''"
+
+SEED_SLOT = """
+INSERT INTO {t}_slots (slot, model, dim) VALUES ('embedding', $1, $2)
+ON CONFLICT DO NOTHING"""
+
 ROLE_FLAGS = "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"
 
 HAS_VECTOR = "SELECT 1 FROM pg_extension WHERE extname = 'vector'"
@@ -86,36 +116,6 @@ JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
                 AND d.refclassid = 'pg_ts_config'::regclass
 WHERE a.attrelid = $1::regclass AND a.attname = 'tsv' AND NOT a.attisdropped"""
 
-UPSERT = """
-INSERT INTO {t} AS m (tenant, ns, key, value, metadata, content, embedding)
-SELECT $1, u.ns, u.key, u.value::jsonb, u.metadata::jsonb, u.content, u.embedding
-FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::vector[])
-     AS u(ns, key, value, metadata, content, embedding)
-ON CONFLICT (tenant, ns, key) DO UPDATE SET
-    value = EXCLUDED.value,
-    metadata = EXCLUDED.metadata,
-    content = EXCLUDED.content,
-    embedding = EXCLUDED.embedding,
-    updated_at = clock_timestamp(),
-    version = m.version + 1"""
-
-# The pipeline's write: a row is only overwritten by an event at least as new as the
-# one that wrote it, so redeliveries and replays of older events never roll it back.
-UPSERT_FENCED = """
-INSERT INTO {t} AS m (tenant, ns, key, value, metadata, content, embedding, source_seq)
-SELECT $1, u.ns, u.key, u.value::jsonb, u.metadata::jsonb, u.content, u.embedding, $8::bigint
-FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::vector[])
-     AS u(ns, key, value, metadata, content, embedding)
-ON CONFLICT (tenant, ns, key) DO UPDATE SET
-    value = EXCLUDED.value,
-    metadata = EXCLUDED.metadata,
-    content = EXCLUDED.content,
-    embedding = EXCLUDED.embedding,
-    source_seq = EXCLUDED.source_seq,
-    updated_at = clock_timestamp(),
-    version = m.version + 1
-WHERE m.source_seq IS NULL OR m.source_seq <= EXCLUDED.source_seq"""
-
 # Keep the newest $3 rows of a namespace.
 PRUNE = """
 DELETE FROM {t} WHERE tenant = $1 AND ns = $2 AND key IN (
@@ -129,7 +129,7 @@ SELECT u.ns, m.key, m.value, m.metadata, m.created_at, m.updated_at, m.version
 FROM unnest($2::text[], $3::text[]) AS u(ns, key)
 JOIN {t} m ON m.tenant = $1 AND m.ns = u.ns AND m.key = u.key"""
 
-GET_EMBEDDING = "SELECT embedding FROM {t} WHERE tenant = $1 AND ns = $2 AND key = $3"
+GET_EMBEDDING = "SELECT {v} AS embedding FROM {t} WHERE tenant = $1 AND ns = $2 AND key = $3"
 
 DELETE = "DELETE FROM {t} WHERE tenant = $1 AND ns = $2 AND key = $3 RETURNING 1"
 
@@ -187,7 +187,7 @@ def _hybrid(
     those."""
     return f"""
 WITH scope AS MATERIALIZED (
-    SELECT {cols}, (embedding <=> $4) + 0 AS dist, length(tsv) AS dl,
+    SELECT {cols}, ({{v}} <=> $4) + 0 AS dist, length(tsv) AS dl,
            CASE WHEN tsv @@ p.query
                 THEN ts_filter(setweight(tsv, 'A', p.terms), ARRAY['A']::"char"[]) END AS hits
     FROM {table} CROSS JOIN probe p WHERE {scope}
@@ -248,15 +248,6 @@ SEARCH_ACROSS_HYBRID = f"""
 WITH {_PROBE}
 SELECT h.* FROM ({_SEARCH_ACROSS}) h ORDER BY h._pos"""
 
-# Turns of a session, once per event: a redelivered event adds nothing.
-INSERT_TURNS = """
-INSERT INTO {t}_turns (tenant, ns, thread_id, event_id, position, text, turn, metadata,
-                       embedding, source_seq)
-SELECT $1, $2, $3, $4, u.position, u.text, u.turn::jsonb, u.metadata::jsonb, u.embedding, $5
-FROM unnest($6::int[], $7::text[], $8::text[], $9::text[], $10::vector[])
-     AS u(position, text, turn, metadata, embedding)
-ON CONFLICT DO NOTHING"""
-
 # The namespace's turns, hybrid-ranked; $11 is a cosine similarity threshold.
 _SEARCH_TURNS = _hybrid(
     table="{t}_turns",
@@ -271,9 +262,9 @@ WITH {_PROBE}
 SELECT h.* FROM ({_SEARCH_TURNS}) h ORDER BY h._pos"""
 
 SEARCH_BY_EMBEDDING = f"""
-SELECT {COLS}, (embedding <=> $3) AS distance FROM {{t}}
-WHERE tenant = $1 AND ns = $2 AND embedding IS NOT NULL
+SELECT {COLS}, ({{v}} <=> $3) AS distance FROM {{t}}
+WHERE tenant = $1 AND ns = $2 AND {{v}} IS NOT NULL
   AND ($5::jsonb IS NULL OR metadata @> $5::jsonb)
-  AND ($6::float8 IS NULL OR 1 - (embedding <=> $3) >= $6::float8)
-ORDER BY (embedding <=> $3) + 0, updated_at DESC, key
+  AND ($6::float8 IS NULL OR 1 - ({{v}} <=> $3) >= $6::float8)
+ORDER BY ({{v}} <=> $3) + 0, updated_at DESC, key
 LIMIT $4"""

@@ -15,9 +15,10 @@ import json
 import logging
 import re
 import warnings
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -28,13 +29,16 @@ from tulip_memory.errors import TenantIsolationError
 from tulip_memory.store.base import BaseStore, BatchItem
 from tulip_memory.store.fusion import WORD_HASHING, HybridRanking
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
-from tulip_memory.store.postgres import sql
+from tulip_memory.store.postgres import slots, sql
+from tulip_memory.store.postgres.layouts import EmbedderResolver, Layouts, resolve_embedder
 from tulip_memory.store.postgres.schema import ensure_schema
+from tulip_memory.store.postgres.slots import Layout
 from tulip_memory.store.postgres.writer import (
     PgWriter,
     Prepared,
     PreparedBatch,
     PreparedTurns,
+    SlotVectors,
     TurnRow,
 )
 from tulip_memory.store.ranking import score_of, tenant_of, vector_or_none
@@ -113,6 +117,7 @@ class PgMemory(BaseStore):
         allow_rls_bypass: bool = False,
         text_search_config: str = DEFAULT_TEXT_SEARCH_CONFIG,
         ranking: HybridRanking | None = None,
+        embedders: EmbedderResolver | None = None,
     ) -> None:
         """``text_search_config`` names the Postgres text search configuration that
         tokenises, stems and drops stop words ('english': Snowball stemming and the
@@ -122,7 +127,12 @@ class PgMemory(BaseStore):
         column, and a store with another one is refused at first use. ``ranking``
         sets the weights of the hybrid (bm25 + vector) search; by default
         :data:`~tulip_memory.store.fusion.WORD_HASHING` for the offline word-hashing
-        encoders, :class:`~tulip_memory.store.fusion.HybridRanking` for any other."""
+        encoders, :class:`~tulip_memory.store.fusion.HybridRanking` for any other.
+
+        After an online reindex (:mod:`tulip_memory.reindex`) the table's vectors may
+        be of another model than ``embedder``: the table's slot registry names it, and
+        ``embedders`` builds its embedder from the model string (by default
+        :func:`~tulip_memory.embeddings.embedder_from_config`)."""
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
         if encoding_cache < 0:
@@ -171,11 +181,12 @@ class PgMemory(BaseStore):
         self._cache = EmbeddingCache(encoding_cache)
         self._pool_size = pool_size
         self._allow_rls_bypass = allow_rls_bypass
-        self._sql = {
-            name: getattr(sql, name).format(t=self._qualified, p=self._table)
+        self._sql: dict[str, str] = {
+            name: getattr(sql, name).format(t=self._qualified, p=self._table, v="{v}")
             for name in dir(sql)
             if name.isupper() and not name.startswith("_")
         }
+        self._layouts = Layouts(self._encoder, embedders or resolve_embedder, self._sql["SLOTS"])
         self._pool: Any = None
         # Serialises first use so concurrent calls build one pool and migrate once.
         self._pool_lock = asyncio.Lock()
@@ -231,6 +242,7 @@ class PgMemory(BaseStore):
                 dim=self._vdim,
                 ann=self._ann,
                 text_search_config=self._ts_config,
+                model=self._encoder.model if self._encoder is not None else "none",
             )
         finally:
             await conn.close()
@@ -256,23 +268,89 @@ class PgMemory(BaseStore):
     async def _pin(self, conn: Any, tenant: str) -> None:
         await conn.execute(self._sql["PIN_TENANT"], tenant)
 
-    async def _vector(self, tenant: str, text: str) -> Vectors | None:
-        """The query encoding of ``text`` for ``tenant``, through the LRU cache."""
-        if self._encoder is None:
+    async def _vector(self, slot: str, tenant: str, text: str) -> Vectors | None:
+        """The query encoding of ``text`` in ``slot``'s model, through the LRU cache."""
+        info = await self._layouts.info(slot, self._get_pool)
+        embedder = self._layouts.embedder(info)
+        if embedder is None:
             return None
-        key = (tenant, self._encoder.model, text)
+        key = (tenant, embedder.model, text)
         found, vec = self._cache.get(key)
         if not found:
-            vec = vector_or_none((await self._encoder.aembed([text]))[0])
+            vec = vector_or_none((await embedder.aembed([text]))[0])
             self._cache.put(key, vec)
         return vec
 
-    async def _query_vector(self, tenant: str, text: str) -> Vectors | None:
-        """The query's vector for a hybrid search; none when the vector list has no
-        weight (a lexical-only ranking never calls the embedder on the read path)."""
-        if self._ranking.vector_weight == 0:
+    async def _query_vector(self, slot: str, tenant: str, text: str | None) -> Vectors | None:
+        """The query's vector for a hybrid search; none without a query or when the
+        vector list has no weight (a lexical-only ranking never calls the embedder on
+        the read path)."""
+        if not text or self._ranking.vector_weight == 0:
             return None
-        return await self._vector(tenant, text)
+        return await self._vector(slot, tenant, text)
+
+    async def _ranked(
+        self,
+        tenant: str,
+        stmt: str,
+        query: str | None,
+        args: Callable[[Vectors | None, Layout], tuple[Any, ...]],
+    ) -> list[Any]:
+        """A statement over the slot recall reads, with the query encoded in that slot's
+        model. The slot is the one this transaction reads from the layout (one round
+        trip with the tenant pin): a reindex's switch is atomic for every reader."""
+        for attempt in (1, 2):
+            guess = self._layouts.cached(tenant)
+            qvec = await self._query_vector(guess.read, tenant, query)
+            pool = await self._get_pool()
+            try:
+                async with pool.acquire() as conn, conn.transaction():
+                    row = await conn.fetchrow(self._sql["PIN_LAYOUT"], tenant)
+                    layout = await self._layouts.note(conn, tenant, Layout.from_row(row))
+                    if layout.read != guess.read:
+                        qvec = await self._query_vector(layout.read, tenant, query)
+                    statement = slots.read_sql(self._sql[stmt], layout.read)
+                    return list(await conn.fetch(statement, tenant, *args(qvec, layout)))
+            except _undefined_column() as e:
+                # A finalize dropped the slot between our layout read and statement.
+                if attempt == 2:
+                    raise
+                log.info("vector slot dropped under a read, retrying: %s", e)
+        raise AssertionError("unreachable")
+
+    # -- the SlotWriter protocol of PgWriter ----------------------------------
+
+    async def layout_in(self, conn: Any, tenant: str) -> Layout:
+        row = await conn.fetchrow(self._sql["LAYOUT"], tenant)
+        return await self._layouts.note(conn, tenant, Layout.from_row(row))
+
+    async def fill_slots(
+        self, tenant: str, slots: Sequence[str], texts: list[str], have: SlotVectors
+    ) -> list[list[Vectors | None]]:
+        """The vectors of ``texts`` for each slot, embedding those ``have`` lacks (a
+        layout that changed since the batch was prepared)."""
+        out = []
+        for slot in slots:
+            vectors = have.get(slot)
+            if vectors is None:
+                vectors = await self._layouts.encode(slot, texts, self._get_pool)
+            out.append(vectors)
+        return out
+
+    def upsert_sql(self, slot_names: Sequence[str], *, fenced: bool) -> str:
+        return _upsert_sql(self._qualified, tuple(slot_names), fenced)
+
+    def insert_turns_sql(self, slot_names: Sequence[str]) -> str:
+        return _insert_turns_sql(self._qualified, tuple(slot_names))
+
+    def statement(self, name: str) -> str:
+        return self._sql[name]
+
+    async def _encode_for(self, tenant: str, texts: list[str]) -> dict[str, list[Vectors | None]]:
+        """``texts`` in the model of every slot the tenant's writes fill (as last seen;
+        the write transaction fills any slot added since)."""
+        layout = self._layouts.cached(tenant)
+        return {s: await self._layouts.encode(s, texts, self._get_pool) for s in layout.write}
 
     def _text_args(self, query: str) -> tuple[Any, ...]:
         """``$5``–``$10`` of a hybrid statement: the query text (NUL, which Postgres
@@ -305,9 +383,12 @@ class PgMemory(BaseStore):
         embedding: list[float],
         metadata: dict[str, Any] | None = None,
     ) -> None:
-        vec = np.asarray(validate_vector(embedding, self._vdim), dtype=np.float32)
         rows = [_prepare(namespace, key, value, metadata)]
-        batch = PreparedBatch(tenant_of([rows[0][0]], "put"), rows, [vector_or_none(vec)])
+        tenant = tenant_of([rows[0][0]], "put")
+        read = self._layouts.cached(tenant).read
+        info = await self._layouts.info(read, self._get_pool)
+        vec = np.asarray(validate_vector(embedding, info.dim), dtype=np.float32)
+        batch = PreparedBatch(tenant, rows, {read: [vector_or_none(vec)]})
         async with self.transaction(batch.tenant) as tx:
             await tx.write(batch)
 
@@ -341,11 +422,11 @@ class PgMemory(BaseStore):
             if tenant is not None and ns[0] != tenant:
                 raise ValueError("a session's turns and memories must share one tenant")
         texts = [r[4] for r in rows] + [t.text for t in turn_rows]
-        vectors: list[Vectors | None] = [None] * len(texts)
-        if self._encoder is not None and texts:
-            encoded = await self._encoder.aembed(texts)
-            vectors = [vector_or_none(encoded[i]) for i in range(len(texts))]
-        batch = PreparedBatch(tenant, rows, vectors[: len(rows)]) if tenant else None
+        owner = tenant or (None if turns is None else validate_namespace(turns.namespace)[0])
+        by_slot = {} if owner is None else await self._encode_for(owner, texts)
+        n = len(rows)
+        head = {s: v[:n] for s, v in by_slot.items()}
+        batch = PreparedBatch(tenant, rows, head) if tenant else None
         prepared_turns = None
         if turns is not None:
             prepared_turns = PreparedTurns(
@@ -353,7 +434,7 @@ class PgMemory(BaseStore):
                 turns.thread_id,
                 turns.event_id,
                 turn_rows,
-                vectors[len(rows) :],
+                {s: v[n:] for s, v in by_slot.items()},
             )
         return batch, prepared_turns
 
@@ -372,9 +453,11 @@ class PgMemory(BaseStore):
         ns = validate_namespace(namespace)
         if top_k <= 0:
             return []
-        qvec = await self._query_vector(ns[0], query) if query else None
-        rows = await self._fetch(
-            ns[0], "SEARCH_TURNS", NS_SEP.join(ns), top_k, qvec, *self._text_args(query), threshold
+        rows = await self._ranked(
+            ns[0],
+            "SEARCH_TURNS",
+            query,
+            lambda q, _: (NS_SEP.join(ns), top_k, q, *self._text_args(query), threshold),
         )
         return [
             TurnMatch(
@@ -393,8 +476,34 @@ class PgMemory(BaseStore):
         the caller's (e.g. a ledger row) commit together or not at all."""
         pool = await self._get_pool()
         async with pool.acquire() as conn, conn.transaction():
-            await self._pin(conn, tenant)
-            yield PgWriter(conn, self._sql, tenant)
+            await conn.execute(self._sql["PIN_SHARED"], tenant)
+            yield PgWriter(conn, tenant, self)
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        """A pooled connection, no tenant pinned: for tables without tenant rows (the
+        reindex job tables); row-level security admits no memory through it."""
+        pool = await self._get_pool()
+        async with pool.acquire() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def layout_change(self) -> AsyncIterator[Any]:
+        """A transaction holding the layout lock exclusively: it waits for the write
+        transactions in flight, and later ones read the layout it commits."""
+        pool = await self._get_pool()
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute(self._sql["LAYOUT_LOCK"])
+            yield conn
+
+    async def slot_embedder(self, slot: str) -> BaseEmbedding | None:
+        """The embedder of a vector slot (see :mod:`~tulip_memory.store.postgres.slots`)."""
+        return self._layouts.embedder(await self._layouts.info(slot, self._get_pool))
+
+    @property
+    def table_name(self) -> str:
+        """The table's bare name (index and policy names derive from it)."""
+        return self._table
 
     async def delete(self, namespace: tuple[str, ...], key: str) -> bool:
         ns, k = validate_namespace(namespace), validate_key(key)
@@ -447,7 +556,8 @@ class PgMemory(BaseStore):
 
     async def get_embedding(self, namespace: tuple[str, ...], key: str) -> list[float] | None:
         ns, k = validate_namespace(namespace), validate_key(key)
-        row = await self._fetchrow(ns[0], "GET_EMBEDDING", NS_SEP.join(ns), k)
+        rows = await self._ranked(ns[0], "GET_EMBEDDING", None, lambda *_: (NS_SEP.join(ns), k))
+        row = rows[0] if rows else None
         if row is None or row["embedding"] is None:
             return None
         return [float(x) for x in row["embedding"].to_list()]
@@ -495,9 +605,11 @@ class PgMemory(BaseStore):
             substring_only = self._encoder is None
             if substring_only:
                 self._warn_substring()
-            qvec = await self._query_vector(tenant, query)
-            rows = await self._fetch(
-                tenant, "SEARCH_HYBRID", names, limit, qvec, *self._text_args(query), substring_only
+            rows = await self._ranked(
+                tenant,
+                "SEARCH_HYBRID",
+                query,
+                lambda q, _: (names, limit, q, *self._text_args(query), substring_only),
             )
         out: list[list[StoreItem]] = [[] for _ in nss]
         for r in rows:
@@ -522,9 +634,12 @@ class PgMemory(BaseStore):
         if not query:
             rows = await self._fetch(tenant, "SEARCH_ACROSS_RECENT", list(by_name), limit)
         else:
-            qvec = await self._query_vector(tenant, query)
-            args = (list(by_name), limit, qvec, *self._text_args(query))
-            rows = await self._fetch(tenant, "SEARCH_ACROSS_HYBRID", *args)
+            rows = await self._ranked(
+                tenant,
+                "SEARCH_ACROSS_HYBRID",
+                query,
+                lambda q, _: (list(by_name), limit, q, *self._text_args(query)),
+            )
         out = []
         for r in rows:
             dist = None if r["distance"] is None else float(r["distance"])
@@ -541,12 +656,20 @@ class PgMemory(BaseStore):
         metadata_filter: dict[str, Any] | None = None,
     ) -> list[SemanticSearchResult]:
         ns = validate_namespace(namespace)
-        q = np.asarray(validate_vector(query_embedding, self._vdim), dtype=np.float32)
+        mf = None if metadata_filter is None else encode_json(metadata_filter, "metadata_filter")
+        name = NS_SEP.join(ns)
+
+        # The width is checked against the slot recall reads in the statement's own
+        # transaction (a reindex may have switched it since this process last looked).
+        size = len(query_embedding) if hasattr(query_embedding, "__len__") else 0
+        q = np.asarray(validate_vector(query_embedding, size), dtype=np.float32)
         if not np.any(q):
             return []
-        mf = None if metadata_filter is None else encode_json(metadata_filter, "metadata_filter")
-        rows = await self._fetch(
-            ns[0], "SEARCH_BY_EMBEDDING", NS_SEP.join(ns), q, limit, mf, threshold
+        rows = await self._ranked(
+            ns[0],
+            "SEARCH_BY_EMBEDDING",
+            None,
+            lambda _, lay: (name, _checked_width(q, lay, self._layouts), limit, mf, threshold),
         )
         return [
             SemanticSearchResult(
@@ -580,6 +703,33 @@ class TurnMatch:
     turn: dict[str, Any]
     metadata: dict[str, Any]
     position: int
+
+
+def _undefined_column() -> type[Exception]:
+    import asyncpg
+
+    return asyncpg.UndefinedColumnError  # type: ignore[no-any-return]
+
+
+@lru_cache(maxsize=64)
+def _upsert_sql(table: str, slot_names: tuple[str, ...], fenced: bool) -> str:
+    return slots.upsert_sql(table, slot_names, fenced=fenced)
+
+
+@lru_cache(maxsize=64)
+def _insert_turns_sql(table: str, slot_names: tuple[str, ...]) -> str:
+    return slots.insert_turns_sql(table, slot_names)
+
+
+def _checked_width(q: Vectors, layout: Layout, layouts: Layouts) -> Vectors:
+    """The caller's query vector, if it is as wide as the slot recall reads now."""
+    dim = layouts.width(layout.read)
+    if dim is not None and dim != len(q):
+        raise ValueError(
+            f"query embedding has {len(q)} dimensions, but recall now reads "
+            f"{dim}-dimensional vectors (slot {layout.read!r}, after a reindex)"
+        )
+    return q
 
 
 def _prepare(namespace: Any, key: Any, value: Any, metadata: Any) -> Prepared:

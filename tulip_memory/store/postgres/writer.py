@@ -2,16 +2,42 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from pgvector import Vector
 
 from tulip_memory.embeddings.base import Vectors
+from tulip_memory.store.postgres.slots import Layout
 from tulip_memory.store.validation import NS_SEP, encode_json, validate_namespace
 
 #: ``(namespace, key, value_json, metadata_json, content)`` of one validated write.
 Prepared = tuple[tuple[str, ...], str, str, str, str]
+#: The vectors of a batch's texts per slot (``None`` for a text without any).
+SlotVectors = Mapping[str, list[Vectors | None]]
+
+
+class SlotWriter(Protocol):
+    """What a writer needs of its store: the layout, vectors per slot, statements."""
+
+    async def layout_in(self, conn: Any, tenant: str) -> Layout: ...
+
+    async def fill_slots(
+        self, tenant: str, slots: Sequence[str], texts: list[str], have: SlotVectors
+    ) -> list[list[Vectors | None]]: ...
+
+    def upsert_sql(self, slots: Sequence[str], *, fenced: bool) -> str: ...
+
+    def insert_turns_sql(self, slots: Sequence[str]) -> str: ...
+
+    def statement(self, name: str) -> str: ...
+
+
+def vector_args(vectors: list[list[Vectors | None]]) -> tuple[list[Vector | None], ...]:
+    """One ``vector[]`` argument per slot: Vector objects, not ndarrays (asyncpg would
+    read an ndarray element of a vector[] as one more array dimension)."""
+    return tuple([None if v is None else Vector(v) for v in vs] for vs in vectors)
 
 
 @dataclass(frozen=True)
@@ -20,7 +46,11 @@ class PreparedBatch:
 
     tenant: str
     rows: list[Prepared]
-    vectors: list[Vectors | None]
+    vectors: SlotVectors
+
+    @property
+    def texts(self) -> list[str]:
+        return [r[4] for r in self.rows]
 
     def args(self) -> tuple[Any, ...]:
         return (
@@ -30,9 +60,6 @@ class PreparedBatch:
             [r[2] for r in self.rows],
             [r[3] for r in self.rows],
             [r[4] for r in self.rows],
-            # Vector objects, not ndarrays: asyncpg would read an ndarray element of a
-            # vector[] as one more array dimension.
-            [None if v is None else Vector(v) for v in self.vectors],
         )
 
 
@@ -54,11 +81,15 @@ class PreparedTurns:
     thread_id: str
     event_id: str
     rows: list[TurnRow]
-    vectors: list[Vectors | None]
+    vectors: SlotVectors
 
     @property
     def tenant(self) -> str:
         return self.namespace[0]
+
+    @property
+    def texts(self) -> list[str]:
+        return [r.text for r in self.rows]
 
     def args(self, source_seq: int | None) -> tuple[Any, ...]:
         return (
@@ -71,18 +102,25 @@ class PreparedTurns:
             [r.text for r in self.rows],
             [encode_json(r.turn, "turn") for r in self.rows],
             [encode_json(r.metadata, "turn metadata") for r in self.rows],
-            [None if v is None else Vector(v) for v in self.vectors],
         )
 
 
-@dataclass(frozen=True)
+@dataclass
 class PgWriter:
     """The handle of :meth:`PgMemory.transaction`; ``conn`` runs the caller's own
-    statements in the same transaction."""
+    statements in the same transaction. Writes fill every slot the tenant's layout
+    names, as the layout stands inside this transaction."""
 
     conn: Any
-    sql: dict[str, str]
     tenant: str
+    slots: SlotWriter
+    _layout: Layout | None = field(default=None, repr=False)
+
+    async def layout(self) -> Layout:
+        """The tenant's slots, read once per transaction (under the shared lock)."""
+        if self._layout is None:
+            self._layout = await self.slots.layout_in(self.conn, self.tenant)
+        return self._layout
 
     async def write(self, batch: PreparedBatch, *, source_seq: int | None = None) -> None:
         """Upsert ``batch``; with ``source_seq``, rows written by a newer event win."""
@@ -90,10 +128,12 @@ class PgWriter:
             raise ValueError(
                 f"batch of tenant {batch.tenant!r} in a transaction of {self.tenant!r}"
             )
-        if source_seq is None:
-            await self.conn.execute(self.sql["UPSERT"], *batch.args())
-        else:
-            await self.conn.execute(self.sql["UPSERT_FENCED"], *batch.args(), source_seq)
+        layout = await self.layout()
+        vectors = await self.slots.fill_slots(self.tenant, layout.write, batch.texts, batch.vectors)
+        fenced = source_seq is not None
+        statement = self.slots.upsert_sql(layout.write, fenced=fenced)
+        seq = (source_seq,) if fenced else ()
+        await self.conn.execute(statement, *batch.args(), *seq, *vector_args(vectors))
 
     async def write_turns(self, turns: PreparedTurns, *, source_seq: int | None = None) -> None:
         """Insert a session's turns; a second write of the same event adds nothing."""
@@ -101,13 +141,19 @@ class PgWriter:
             raise ValueError(
                 f"turns of tenant {turns.tenant!r} in a transaction of {self.tenant!r}"
             )
-        if turns.rows:
-            await self.conn.execute(self.sql["INSERT_TURNS"], *turns.args(source_seq))
+        if not turns.rows:
+            return
+        layout = await self.layout()
+        vectors = await self.slots.fill_slots(self.tenant, layout.write, turns.texts, turns.vectors)
+        statement = self.slots.insert_turns_sql(layout.write)
+        await self.conn.execute(statement, *turns.args(source_seq), *vector_args(vectors))
 
     async def prune(self, namespace: tuple[str, ...], keep: int) -> int:
         """Delete all but the ``keep`` most recently updated rows of ``namespace``."""
         ns = validate_namespace(namespace)
         if ns[0] != self.tenant:
             raise ValueError(f"namespace of tenant {ns[0]!r} in a transaction of {self.tenant!r}")
-        status = await self.conn.execute(self.sql["PRUNE"], self.tenant, NS_SEP.join(ns), keep)
+        status = await self.conn.execute(
+            self.slots.statement("PRUNE"), self.tenant, NS_SEP.join(ns), keep
+        )
         return int(status.split()[-1])

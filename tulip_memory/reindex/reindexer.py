@@ -1,0 +1,493 @@
+"""``Reindexer``: move a table's vectors to another embedding model while it serves.
+
+A job adds a vector slot for the new model (see
+:mod:`~tulip_memory.store.postgres.slots`), from then on every write fills both
+slots, cuts the rows into keyset ranges of ``batch`` rows and hands each range to
+``send`` (the CLI sends Celery tasks to ``memory.reindex``; without ``send`` the
+ranges run here, one after another). A range embeds its rows that still lack the new
+vector in one embedder call and writes them with one statement, in the transaction
+that marks the range done: a range that runs twice changes nothing. When no range is
+pending the job sweeps for any row still missing its vector, then switches recall to
+the new slot in one transaction. ``finalize`` ends a job: after the switch it removes
+the old vectors; before it, it abandons the job and removes the new ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tulip_memory.embeddings import BaseEmbedding
+from tulip_memory.reindex import sql
+from tulip_memory.reindex.model import OPEN, Progress, ReindexConflict, ReindexError, ReindexJob
+from tulip_memory.reindex.ranges import KINDS, Range, cut, rows_sql
+from tulip_memory.store.postgres import PgMemory
+from tulip_memory.store.postgres.slots import ALL_TENANTS, slot_index, slot_name
+from tulip_memory.store.postgres.store import PGVECTOR_ANN_MAX_DIM
+from tulip_memory.store.ranking import vector_or_none
+from tulip_memory.store.validation import validate_namespace
+
+#: Sends one range of a job to a worker: ``send(job_id, range_id)``.
+Send = Callable[[int, int], None]
+#: Builds an embedder from a model string and API base (``embedder_from_config``).
+Build = Callable[[str, str | None], BaseEmbedding]
+MAX_BATCH = 10_000
+_PROBE = ["tulip-memory reindex probe"]
+
+
+def build_embedder(model: str, api_base: str | None) -> BaseEmbedding:
+    from tulip_memory.embeddings import embedder_from_config
+
+    return embedder_from_config(model, api_base=api_base)
+
+
+class Reindexer:
+    """Start, run, watch and end online reindex jobs of one ``PgMemory`` table.
+
+    ``store`` connects as the application role (batches run pinned to their range's
+    tenant). Reindexing every tenant needs ``admin_dsn``, a role that bypasses
+    row-level security, only to list the tenants."""
+
+    def __init__(
+        self,
+        store: PgMemory,
+        *,
+        send: Send | None = None,
+        admin_dsn: str | None = None,
+        build: Build = build_embedder,
+    ) -> None:
+        self.store = store
+        self._send = send
+        self._admin_dsn = admin_dsn
+        self._build = build
+
+    # -- statements -----------------------------------------------------------
+
+    def q(self, stmt: str, **names: str) -> str:
+        """``stmt`` of :mod:`~tulip_memory.reindex.sql` for this table."""
+        out = stmt.replace("{t}", self.store.table).replace("{p}", self.store.table_name)
+        for key, value in names.items():
+            out = out.replace("{" + key + "}", value)
+        return out
+
+    async def _fetch(self, stmt: str, *args: Any) -> list[Any]:
+        async with self.store.connection() as conn:
+            return list(await conn.fetch(self.q(stmt), *args))
+
+    # -- reading --------------------------------------------------------------
+
+    async def job(self, job_id: int) -> ReindexJob | None:
+        rows = await self._fetch(sql.JOB, job_id)
+        return ReindexJob.from_row(rows[0]) if rows else None
+
+    async def current(self, tenant: str | None = None) -> ReindexJob | None:
+        """The open job of the scope, else its latest finalized one."""
+        rows = await self._fetch(sql.LATEST_JOB, _scope(tenant))
+        return ReindexJob.from_row(rows[0]) if rows else None
+
+    async def progress(self, job_id: int) -> Progress:
+        job = await self.job(job_id)
+        if job is None:
+            raise ReindexError(f"no reindex job {job_id}")
+        row = (await self._fetch(sql.PROGRESS, job_id))[0]
+        return Progress(job, row["ranges"], row["done"], row["rows_done"])
+
+    async def status(self, tenant: str | None = None) -> Progress | None:
+        job = await self.current(tenant)
+        return None if job is None else await self.progress(job.id)
+
+    async def watch(
+        self,
+        job_id: int,
+        on_progress: Callable[[Progress], None] | None = None,
+        *,
+        interval: float = 0.5,
+    ) -> Progress:
+        """Poll until the job switched, was finalized, paused or cancelled."""
+        while True:
+            progress = await self.progress(job_id)
+            if on_progress is not None:
+                on_progress(progress)
+            if progress.finished:
+                return progress
+            await asyncio.sleep(interval)
+
+    # -- starting -------------------------------------------------------------
+
+    async def start(
+        self,
+        model: str,
+        *,
+        tenant: str | None = None,
+        batch: int = 512,
+        api_base: str | None = None,
+    ) -> ReindexJob:
+        """Start reindexing ``tenant`` (default: every tenant) to ``model``.
+
+        Raises :class:`ReindexError` for an unknown model or one that does not
+        answer, and :class:`ReindexConflict` while another job covers the scope."""
+        if not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+            raise ReindexError(f"batch must be an integer in 1..{MAX_BATCH}, got {batch!r}")
+        scope = _scope(tenant)
+        if not scope and self._admin_dsn is None:
+            raise ReindexError(
+                "reindexing every tenant needs an administrator DSN to list the tenants "
+                "(row-level security hides them from the application role): set "
+                "TULIP_DATABASE_ADMIN_URL, or reindex one tenant at a time with --tenant"
+            )
+        embedder, dim = await self._probe(model, api_base)
+        job = await self._create(scope, model, embedder, dim, batch, api_base)
+        await self._advance(job)
+        return await self._require(job.id)
+
+    async def _probe(self, model: str, api_base: str | None) -> tuple[BaseEmbedding, int]:
+        try:
+            embedder = self._build(model, api_base)
+        except Exception as e:
+            raise ReindexError(f"unknown embedding model {model!r}: {e}") from e
+        try:
+            vectors = await embedder.aembed(_PROBE)
+        except Exception as e:
+            raise ReindexError(
+                f"embedding model {model!r} does not answer a probe: {type(e).__name__}: {e}"
+            ) from e
+        return embedder, int(vectors.shape[1])
+
+    async def _create(
+        self,
+        scope: str,
+        model: str,
+        embedder: BaseEmbedding,
+        dim: int,
+        batch: int,
+        api_base: str | None,
+    ) -> ReindexJob:
+        """The job row, its slot's columns and registry row, and the layouts that make
+        every write fill the new slot: one transaction under the layout lock."""
+        async with self.store.layout_change() as conn:
+            open_jobs = [ReindexJob.from_row(r) for r in await conn.fetch(self.q(sql.OPEN_JOBS))]
+            _refuse_overlap(scope, open_jobs)
+            layout = await conn.fetchrow(self.q(sql.LAYOUT_OF), scope)
+            current = await conn.fetchval(self.q(sql.SLOT_MODEL), layout["read_slot"])
+            if current == embedder.model:
+                where = f"tenant {scope!r}" if scope else "the table"
+                raise ReindexError(f"{where} is already on {embedder.model!r}: nothing to do")
+            args = (scope, embedder.model, model, api_base, dim, batch)
+            job_id = await conn.fetchval(self.q(sql.INSERT_JOB), *args)
+            slot = slot_name(job_id)
+            await conn.execute(self.q(sql.SET_JOB_SLOT), job_id, slot)
+            for stmt in (sql.ADD_COLUMN, sql.ADD_TURNS_COLUMN):
+                await conn.execute(self.q(stmt, v=slot, dim=str(dim)))
+            info = (slot, embedder.model, dim, model, api_base)
+            await conn.execute(self.q(sql.INSERT_SLOT), *info)
+            if scope:
+                await conn.execute(self.q(sql.ADD_WRITE_SLOT_TENANT), scope, slot)
+            else:
+                await conn.execute(self.q(sql.ADD_WRITE_SLOT_ALL), slot)
+        return await self._require(job_id)
+
+    async def _advance(self, job: ReindexJob) -> None:
+        """Index, plan (if not planned), then send every pending range."""
+        await self._index(job)
+        if job.status == "planning":
+            await self._plan(job)
+        await self._dispatch(job.id)
+
+    async def _index(self, job: ReindexJob) -> None:
+        """The slot's HNSW index, built concurrently (writes go on meanwhile); an
+        invalid one left by a crash is dropped and built again."""
+        if job.dim > PGVECTOR_ANN_MAX_DIM:
+            return
+        name = slot_index(self.store.table_name, job.slot)
+        qualified = f"{self.store.table.rsplit('.', 1)[0]}.{name}"
+        async with self.store.connection() as conn:
+            if await conn.fetchval(self.q(sql.INDEX_VALID), qualified) is False:
+                await conn.execute(self.q(sql.DROP_INDEX, i=qualified))
+            await conn.execute(self.q(sql.CREATE_INDEX, i=name, v=job.slot))
+
+    async def _plan(self, job: ReindexJob) -> None:
+        """Cut every tenant's rows (memories and turns) into ranges of ``batch`` keys."""
+        tenants = [job.scope] if job.scope else await self._tenants()
+        ranges: list[Range] = []
+        total = 0
+        for tenant in tenants:
+            async with self.store.transaction(tenant) as tx:
+                for kind in KINDS:
+                    bounds = await tx.conn.fetch(self.q(kind.bounds_sql), tenant, job.batch)
+                    total += bounds[0]["total"] if bounds else 0
+                    ranges += cut(tenant, kind.name, [b["lo"] for b in bounds], len(ranges))
+        async with self.store.connection() as conn, conn.transaction():
+            await conn.execute(self.q(sql.DELETE_RANGES), job.id)
+            await conn.execute(
+                self.q(sql.INSERT_RANGES),
+                job.id,
+                [r.id for r in ranges],
+                [r.tenant for r in ranges],
+                [r.kind for r in ranges],
+                [r.lo for r in ranges],
+                [r.hi for r in ranges],
+            )
+            await conn.execute(self.q(sql.SET_PLANNED), job.id, total)
+
+    async def _tenants(self) -> list[str]:
+        import asyncpg
+
+        assert self._admin_dsn is not None
+        conn = await asyncpg.connect(self._admin_dsn)
+        try:
+            return [r["tenant"] for r in await conn.fetch(self.q(sql.TENANTS))]
+        finally:
+            await conn.close()
+
+    async def _dispatch(self, job_id: int) -> None:
+        pending = [r["id"] for r in await self._fetch(sql.PENDING_RANGES, job_id)]
+        if self._send is None:
+            for range_id in pending:
+                await self.run_batch(job_id, range_id)
+        else:
+            for range_id in pending:
+                self._send(job_id, range_id)
+        if not pending:
+            await self.finish(job_id)
+
+    # -- batches (the worker side) ----------------------------------------------
+
+    async def run_batch(self, job_id: int, range_id: int) -> str:
+        """Embed and write one range; what happened, in a word or a sentence."""
+        job = await self._require(job_id)
+        if job.status != "running":
+            return f"skipped: job {job_id} is {job.status}"
+        found = await self._fetch(sql.RANGE, job_id, range_id)
+        if not found:
+            raise ReindexError(f"reindex job {job_id} has no range {range_id}")
+        rng = Range.from_row(found[0])
+        if rng.status == "done":
+            return "skipped: range already done"
+        try:
+            texts, keys = await self._rows(job, rng, sweep=False)
+            vectors = await self._embed(job, texts)
+        except _EmbedFailed as e:
+            await self._pause(job, f"range {range_id} ({rng.kind} of tenant {rng.tenant!r}): {e}")
+            return "paused"
+        written = await self._write(job, rng, keys, vectors, mark=True)
+        if written is None:
+            return "skipped: done or stopped meanwhile"
+        if not await self._fetch(sql.PENDING_RANGES, job_id):
+            await self.finish(job_id)
+        return f"{written} vectors"
+
+    async def _rows(self, job: ReindexJob, rng: Range, *, sweep: bool) -> tuple[list[str], Any]:
+        async with self.store.transaction(rng.tenant) as tx:
+            layout = await tx.layout()
+            stmt = self.q(rows_sql(rng.kind), v=job.slot, o=layout.read)
+            rows = await tx.conn.fetch(stmt, rng.tenant, *rng.bound_args(sweep))
+        return [r["text"] for r in rows], rows
+
+    async def _embed(self, job: ReindexJob, texts: list[str]) -> list[Any]:
+        if not texts:
+            return []
+        try:
+            embedder = await self.store.slot_embedder(job.slot)
+            if embedder is None:
+                raise ReindexError(f"slot {job.slot} has no embedder")
+            encoded = await embedder.aembed(texts)
+        except Exception as e:
+            raise _EmbedFailed(f"{job.spec} failed: {type(e).__name__}: {e}") from e
+        return [vector_or_none(encoded[i]) for i in range(len(texts))]
+
+    async def _write(
+        self, job: ReindexJob, rng: Range, rows: Any, vectors: list[Any], *, mark: bool
+    ) -> int | None:
+        """One statement for the range's vectors, and the range marked done, in one
+        transaction; ``None`` (and nothing written) if the job stopped or another run
+        of the range finished first."""
+        from pgvector import Vector
+
+        kind = rng.kind_spec
+        try:
+            async with self.store.transaction(rng.tenant) as tx:
+                status = await tx.conn.fetchval(self.q(sql.JOB_STATUS_SHARE), job.id)
+                if status != "running":
+                    raise _Stop
+                await tx.conn.execute(
+                    self.q(kind.update_sql, v=job.slot),
+                    rng.tenant,
+                    *kind.key_arrays(rows),
+                    [None if v is None else Vector(v) for v in vectors],
+                )
+                if (
+                    mark
+                    and await tx.conn.fetchval(self.q(sql.RANGE_DONE), job.id, rng.id, len(rows))
+                    is None
+                ):
+                    raise _Stop
+        except _Stop:
+            return None
+        return sum(v is not None for v in vectors)
+
+    async def _pause(self, job: ReindexJob, error: str) -> None:
+        async with self.store.connection() as conn:
+            await conn.execute(self.q(sql.PAUSE), job.id, error)
+
+    # -- the switch -------------------------------------------------------------
+
+    async def finish(self, job_id: int) -> ReindexJob:
+        """Sweep for rows still missing the new vector, then switch recall to it."""
+        job = await self._require(job_id)
+        if job.status != "running" or await self._fetch(sql.PENDING_RANGES, job_id):
+            return job
+        tenants = (
+            [job.scope]
+            if job.scope
+            else [r["tenant"] for r in await self._fetch(sql.RANGE_TENANTS, job_id)]
+        )
+        for tenant in tenants:
+            if await self._sweep(job, tenant) is None:
+                return await self._require(job_id)
+        async with self.store.layout_change() as conn:
+            locked = ReindexJob.from_row(await conn.fetchrow(self.q(sql.JOB_FOR_UPDATE), job_id))
+            if locked.status != "running":
+                return locked
+            layouts = await conn.fetch(self.q(sql.LAYOUTS))
+            previous = {
+                r["scope"]: r["read_slot"]
+                for r in layouts
+                if not job.scope or r["scope"] == job.scope
+            }
+            if job.scope:
+                await conn.execute(self.q(sql.READ_SLOT_TENANT), job.scope, job.slot)
+            else:
+                await conn.execute(self.q(sql.READ_SLOT_ALL), job.slot)
+            await conn.execute(self.q(sql.SWITCHED), job_id, json.dumps(previous))
+        return await self._require(job_id)
+
+    async def _sweep(self, job: ReindexJob, tenant: str) -> int | None:
+        """Rows of ``tenant`` whose read slot has a vector and the new slot none (none
+        are expected: writes fill both slots): embed and write them. ``None`` if the
+        model failed (the job is paused) or the job stopped."""
+        total = 0
+        for kind in KINDS:
+            rng = Range(0, tenant, kind.name, None, None, "pending")
+            texts, rows = await self._rows(job, rng, sweep=True)
+            for lo in range(0, len(texts), job.batch):
+                try:
+                    vectors = await self._embed(job, texts[lo : lo + job.batch])
+                except _EmbedFailed as e:
+                    await self._pause(job, f"sweep of tenant {tenant!r}: {e}")
+                    return None
+                part = rows[lo : lo + job.batch]
+                if await self._write(job, rng, part, vectors, mark=False) is None:
+                    return None
+                total += len(part)
+        return total
+
+    # -- operator commands ------------------------------------------------------
+
+    async def resume(self, tenant: str | None = None) -> ReindexJob:
+        """Go on with the scope's paused, cancelled or interrupted job: pending ranges
+        are sent again (a range that already ran changes nothing)."""
+        job = await self._open(tenant)
+        if job.status == "switched":
+            raise ReindexError(
+                f"job {job.id} already switched {job.scope_label} to {job.spec!r}; "
+                "`tulip-memory reindex --finalize` removes the old vectors"
+            )
+        if job.status != "planning":
+            async with self.store.connection() as conn:
+                await conn.execute(self.q(sql.SET_STATUS), job.id, "running", None)
+        await self._advance(await self._require(job.id))
+        return await self._require(job.id)
+
+    async def cancel(self, tenant: str | None = None) -> ReindexJob:
+        """Stop the scope's job: batches in flight write nothing; ``resume`` goes on,
+        ``finalize`` abandons it."""
+        job = await self._open(tenant)
+        if job.status == "switched":
+            raise ReindexError(
+                f"job {job.id} already switched; finalize it (or start a job back to the old model)"
+            )
+        async with self.store.connection() as conn:
+            await conn.execute(self.q(sql.SET_STATUS), job.id, "cancelled", "cancelled")
+        return await self._require(job.id)
+
+    async def finalize(self, tenant: str | None = None) -> ReindexJob:
+        """End the scope's job. Switched: writes stop filling the old slot and its
+        vectors are removed. Not switched: the job is abandoned and its new vectors
+        are removed; recall never left the old slot."""
+        job = await self._open(tenant)
+        scope = job.scope or None
+        clear: list[str] = []
+        async with self.store.layout_change() as conn:
+            job = ReindexJob.from_row(await conn.fetchrow(self.q(sql.JOB_FOR_UPDATE), job.id))
+            if job.status == "switched":
+                await conn.execute(self.q(sql.KEEP_READ_SLOT), scope)
+                candidates = sorted(set(job.previous.values()) - {job.slot})
+                note = None
+            else:
+                await conn.execute(self.q(sql.DROP_WRITE_SLOT), job.slot, scope)
+                candidates = [job.slot]
+                note = f"abandoned while {job.status}; recall never left the old vectors"
+            for slot in candidates:
+                if await conn.fetchval(self.q(sql.SLOT_IN_USE), slot):
+                    clear.append(slot)
+                    continue
+                for stmt in (sql.DROP_COLUMN, sql.DROP_TURNS_COLUMN):
+                    await conn.execute(self.q(stmt, v=slot))
+                await conn.execute(self.q(sql.DELETE_SLOT), slot)
+            await conn.execute(self.q(sql.FINALIZED), job.id, note)
+        if job.scope:
+            await self._clear(job.scope, clear)
+        return await self._require(job.id)
+
+    async def _clear(self, tenant: str, slots: Sequence[str]) -> None:
+        """Remove a tenant's vectors of slots other tenants still use."""
+        for slot in slots:
+            async with self.store.transaction(tenant) as tx:
+                for stmt in (sql.CLEAR_TENANT_SLOT, sql.CLEAR_TENANT_TURNS_SLOT):
+                    await tx.conn.execute(self.q(stmt, v=slot), tenant)
+
+    async def _open(self, tenant: str | None) -> ReindexJob:
+        job = await self.current(tenant)
+        if job is None or job.status not in OPEN:
+            where = f"tenant {tenant!r}" if tenant else "every tenant"
+            raise ReindexError(f"no open reindex job for {where}")
+        return job
+
+    async def _require(self, job_id: int) -> ReindexJob:
+        job = await self.job(job_id)
+        if job is None:
+            raise ReindexError(f"no reindex job {job_id}")
+        return job
+
+
+class _EmbedFailed(Exception):
+    """The job's model failed on a batch; the job pauses with this message."""
+
+
+class _Stop(Exception):
+    """Roll back: the job stopped or the range was done by another run."""
+
+
+def _scope(tenant: str | None) -> str:
+    if tenant is None:
+        return ALL_TENANTS
+    return validate_namespace((tenant,))[0]
+
+
+def _refuse_overlap(scope: str, open_jobs: Sequence[ReindexJob]) -> None:
+    for j in open_jobs:
+        if j.scope == scope or not scope or not j.scope:
+            raise ReindexConflict(
+                f"reindex job {j.id} ({j.spec!r}, {j.scope_label}) is {j.status}, and "
+                f"jobs may not overlap: {_hint(j.status)}"
+            )
+
+
+def _hint(status: str) -> str:
+    if status in ("planning", "running"):
+        return "watch it with `tulip-memory reindex --status`, or stop it with --cancel"
+    if status == "switched":
+        return "end it with `tulip-memory reindex --finalize` (removes the old vectors)"
+    return "go on with `tulip-memory reindex --resume`, or abandon it with --finalize"

@@ -1,0 +1,134 @@
+"""Vector slots: one pgvector column per embedding model, and which ones a tenant uses.
+
+A table starts with one slot, the ``embedding`` column, holding the vectors of the
+model that created it. An online reindex adds a slot (a ``vector(dim)`` column on
+the memories and the turns table, with its own index) for the new model; the
+``<table>_layout`` rows say, per scope (``''`` for every tenant, or one tenant),
+which slot recall reads and which slots every write fills:
+
+- while a job runs, writes fill the old and the new slot, recall reads the old one;
+- when every row has the new vector, one transaction points ``read_slot`` at the new
+  slot: recall switches atomically, and writes still fill both;
+- ``--finalize`` drops the old slot from the write set and removes its vectors.
+
+Layout changes take an exclusive advisory lock that every write transaction holds
+shared (:data:`~tulip_memory.store.postgres.sql.PIN_SHARED`), and writers read the
+layout after taking it: no write can commit vectors for a layout older than one a
+reindex has already planned against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: The original slot: the column every table is created with.
+ORIGINAL_SLOT = "embedding"
+#: The ``scope`` of the layout row that holds for every tenant without its own.
+ALL_TENANTS = ""
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """One vector column: the model whose vectors it holds.
+
+    ``spec`` is the model string :func:`~tulip_memory.embeddings.embedder_from_config`
+    resolves (with ``api_base``); ``None`` for the original slot, whose vectors come
+    from the embedder the store was built with."""
+
+    slot: str
+    model: str
+    dim: int
+    spec: str | None = None
+    api_base: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Any) -> SlotInfo:
+        return cls(row["slot"], row["model"], row["dim"], row["spec"], row["api_base"])
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The slot recall reads and the slots writes fill, for one tenant."""
+
+    read: str
+    write: tuple[str, ...]
+
+    @classmethod
+    def from_row(cls, row: Any) -> Layout:
+        if row is None or row["read_slot"] is None:
+            return DEFAULT_LAYOUT
+        return cls(row["read_slot"], tuple(row["write_slots"]))
+
+
+DEFAULT_LAYOUT = Layout(ORIGINAL_SLOT, (ORIGINAL_SLOT,))
+
+
+def slot_name(job_id: int) -> str:
+    """The column of the slot a reindex job creates."""
+    return f"embedding_{job_id}"
+
+
+def index_name(table: str, job_id: int) -> str:
+    """Short enough for Postgres' 63-byte identifiers with a 48-character table name."""
+    return f"{table}_v{job_id}"
+
+
+def slot_index(table: str, slot: str) -> str:
+    """The name of the HNSW index over a slot's column of ``table`` (bare name)."""
+    if slot == ORIGINAL_SLOT:
+        return f"{table}_hnsw"
+    return index_name(table, int(slot.rsplit("_", 1)[1]))
+
+
+def read_sql(template: str, slot: str) -> str:
+    """A read statement over the ``{v}`` slot column."""
+    return template.replace("{v}", slot)
+
+
+def upsert_sql(table: str, slots: Sequence[str], *, fenced: bool) -> str:
+    """The memories upsert filling ``slots``: ``$1`` tenant, ``$2``–``$6`` the rows'
+    namespace, key, value, metadata and content arrays, ``$7`` the source event
+    sequence (fenced only), then one ``vector[]`` per slot."""
+    first = 8 if fenced else 7
+    arrays, names, sets = _vector_parts(slots, first)
+    seq_col, seq_val = (", source_seq", ", $7::bigint") if fenced else ("", "")
+    seq_set = "\n    source_seq = EXCLUDED.source_seq," if fenced else ""
+    guard = "\nWHERE m.source_seq IS NULL OR m.source_seq <= EXCLUDED.source_seq" if fenced else ""
+    cols = "".join(f", {s}" for s in slots)
+    vals = "".join(f", u.{n}" for n in names)
+    return f"""
+INSERT INTO {table} AS m (tenant, ns, key, value, metadata, content{seq_col}{cols})
+SELECT $1, u.ns, u.key, u.value::jsonb, u.metadata::jsonb, u.content{seq_val}{vals}
+FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[]{arrays})
+     AS u(ns, key, value, metadata, content{"".join(f", {n}" for n in names)})
+ON CONFLICT (tenant, ns, key) DO UPDATE SET
+    value = EXCLUDED.value,
+    metadata = EXCLUDED.metadata,
+    content = EXCLUDED.content,{sets}{seq_set}
+    updated_at = clock_timestamp(),
+    version = m.version + 1{guard}"""
+
+
+def insert_turns_sql(table: str, slots: Sequence[str]) -> str:
+    """A session's turns into ``<table>_turns``, once per event, filling ``slots``:
+    ``$1``–``$5`` tenant, namespace, thread, event, source sequence; ``$6``–``$9``
+    the turns' positions, texts, turns and metadata; then one ``vector[]`` per slot."""
+    arrays, names, _ = _vector_parts(slots, 10)
+    cols = "".join(f", {s}" for s in slots)
+    vals = "".join(f", u.{n}" for n in names)
+    return f"""
+INSERT INTO {table}_turns (tenant, ns, thread_id, event_id, position, text, turn, metadata,
+                           source_seq{cols})
+SELECT $1, $2, $3, $4, u.position, u.text, u.turn::jsonb, u.metadata::jsonb, $5{vals}
+FROM unnest($6::int[], $7::text[], $8::text[], $9::text[]{arrays})
+     AS u(position, text, turn, metadata{"".join(f", {n}" for n in names)})
+ON CONFLICT DO NOTHING"""
+
+
+def _vector_parts(slots: Sequence[str], first: int) -> tuple[str, list[str], str]:
+    arrays = "".join(f", ${first + i}::vector[]" for i in range(len(slots)))
+    names = [f"v{i}" for i in range(len(slots))]
+    sets = "".join(f"\n    {s} = EXCLUDED.{s}," for s in slots)
+    return arrays, names, sets
