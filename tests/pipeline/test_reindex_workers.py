@@ -1,0 +1,239 @@
+"""Online reindex with real ``celery worker`` processes on ``memory.reindex``, driven
+by the ``tulip-memory reindex`` command line, while recall keeps answering."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import asyncpg
+import numpy as np
+import pytest
+from pgvector.asyncpg import register_vector
+
+from tests.pipeline.conftest import Pipeline
+from tests.support.openai_server import FakeOpenAI, Reply
+from tests.support.workers import ROOT, WorkerProcess
+from tulip_memory.embeddings import HashingEmbedder
+from tulip_memory.store import PgMemory
+from tulip_memory.store.fusion import HybridRanking
+
+TENANTS = ("acme", "globex", "initech")
+ROWS = 240
+QUERIES = ("coffee in the morning", "trip to lisbon", "allergic to nuts", "plays the cello")
+VECTORS_ONLY = HybridRanking(lexical_weight=0.0, vector_weight=1.0)
+WORDS: tuple[str, ...] = ("coffee", "morning", "trip", "lisbon", "allergic", "nuts", "plays")
+WORDS += ("cello", "garden", "book", "dog", "rain")
+
+
+def fact(i: int) -> str:
+    return f"user {i} likes {WORDS[i % 12]} and {WORDS[(i * 7) % 12]} on day {i % 5}"
+
+
+@dataclass
+class Reindex:
+    pipeline: Pipeline
+    extra: dict[str, str]
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TULIP_")}
+        env.update(self.pipeline.env(TULIP_DATABASE_ADMIN_URL=self.pipeline.admin_url))
+        env.update(self.extra)
+        env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        env["PYTHONPATH"] = str(ROOT)
+        return env
+
+    def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tulip_memory.cli", "reindex", *args],
+            cwd=ROOT,
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def worker(self, name: str) -> WorkerProcess:
+        return self.pipeline.workers.start(name, ["memory.reindex"], **self.env())
+
+    async def admin(self, query: str, *args: object) -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(self.pipeline.admin_url)
+        await register_vector(conn)
+        try:
+            return list(await conn.fetch(query, *args))
+        finally:
+            await conn.close()
+
+    async def job(self) -> asyncpg.Record:
+        rows = await self.admin(f"SELECT * FROM {self.pipeline.table}_reindex_jobs ORDER BY id")
+        return rows[-1]
+
+    async def ranges_done(self) -> int:
+        rows = await self.admin(
+            f"SELECT count(*) AS n FROM {self.pipeline.table}_reindex_ranges WHERE status = 'done'"
+        )
+        return int(rows[0]["n"])
+
+
+def store(pipeline: Pipeline) -> PgMemory:
+    return PgMemory(
+        pipeline.database_url,
+        table=pipeline.table,
+        embedder=HashingEmbedder(384),
+        ranking=VECTORS_ONLY,
+    )
+
+
+@pytest.fixture
+async def seeded(pipeline: Pipeline) -> AsyncIterator[PgMemory]:
+    s = store(pipeline)
+    for t in TENANTS:
+        await s.put_batch([((t, "facts"), f"f{i:04d}", fact(i), None) for i in range(ROWS)])
+    yield s
+    await s.close()
+
+
+async def answer(s: PgMemory, tenant: str, query: str) -> list[tuple[str, float]]:
+    hits = await s.search_across([(tenant, "facts")], query, limit=5)
+    return [(h.item.key, round(h.distance or 0.0, 5)) for h in hits]
+
+
+async def all_answers(s: PgMemory) -> dict[tuple[str, str], list[tuple[str, float]]]:
+    return {(t, q): await answer(s, t, q) for t in TENANTS for q in QUERIES}
+
+
+async def no_row_lacks(rx: Reindex, slot: str) -> None:
+    """Every row has the new vector, and it is the new model's vector of its text."""
+    table = rx.pipeline.table
+    rows = await rx.admin(f"SELECT content, {slot} AS v FROM {table}")
+    assert len(rows) == len(TENANTS) * ROWS
+    missing = [r["content"] for r in rows if r["v"] is None]
+    assert not missing, f"{len(missing)} rows without the new vector"
+
+
+async def test_recall_answers_throughout_and_switches_once(
+    pipeline: Pipeline, seeded: PgMemory
+) -> None:
+    rx = Reindex(pipeline, {})
+    before = await all_answers(seeded)
+    started = rx.cli("--model", "hashing:64", "--batch", "20", "--detach")
+    assert started.returncode == 0, started.stderr
+    assert "in batches of 20" in started.stdout
+
+    reader = store(pipeline)
+    seen: list[tuple[tuple[str, str], list[tuple[str, float]]]] = []
+
+    def start_workers() -> None:
+        rx.worker("reindex-a")
+        rx.worker("reindex-b")
+
+    # Recall runs before the workers exist, while they start, and all through the job.
+    starting = asyncio.ensure_future(asyncio.to_thread(start_workers))
+    while not starting.done() or (await rx.job())["status"] == "running":
+        for key in before:
+            seen.append((key, await answer(reader, *key)))
+    await starting
+    for key in before:  # and a round after the switch
+        seen.append((key, await answer(reader, *key)))
+    job = await rx.job()
+    assert job["status"] == "switched", dict(job)
+    after = await all_answers(seeded)
+    assert after != before
+    # Every answer is exactly what one model gives; once this reader saw the new model
+    # it never saw the old one again: the switch is atomic.
+    models = []
+    for key, got in seen:
+        assert got in (before[key], after[key]), (key, got)
+        models.append("old" if got == before[key] and got != after[key] else "new")
+    first_new = models.index("new")
+    assert "old" not in models[first_new:]
+    assert models.count("old") > 0
+    await no_row_lacks(rx, job["slot"])
+    ranges = await rx.admin(f"SELECT status, runs FROM {pipeline.table}_reindex_ranges")
+    assert len(ranges) == len(TENANTS) * ROWS // 20
+    assert {(r["status"], r["runs"]) for r in ranges} == {("done", 1)}
+    status = rx.cli("--status")
+    assert status.returncode == 0 and "switched" in status.stdout, status
+    finalized = rx.cli("--finalize")
+    assert finalized.returncode == 0, finalized.stderr
+    assert await answer(reader, "acme", QUERIES[0]) == after[("acme", QUERIES[0])]
+    await reader.close()
+
+
+async def test_sigkill_mid_job_then_resume_leaves_no_gap_or_duplicate(
+    pipeline: Pipeline, seeded: PgMemory, fake_openai: FakeOpenAI
+) -> None:
+    rx = Reindex(pipeline, {"OPENAI_API_KEY": "sk-test"})
+    slow = 36  # every batch's embedding call takes a while, so the kill lands mid-job
+    fake_openai.script_embeddings(Reply(), *[Reply(delay=0.25) for _ in range(slow)])
+    victim = rx.worker("reindex-victim")
+    started = rx.cli(
+        "--model", "openai/text-embedding-3-small", "--api-base", fake_openai.url,
+        "--batch", "20", "--detach",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    for _ in range(1200):  # a minute at most
+        if await rx.ranges_done() >= 5:
+            break
+        await asyncio.sleep(0.05)
+    victim.kill()
+    done_at_kill = await rx.ranges_done()
+    assert 5 <= done_at_kill < len(TENANTS) * ROWS // 20
+    assert (await rx.job())["status"] == "running"
+
+    rx.worker("reindex-heir")
+    resumed = rx.cli("--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "recall now reads" in resumed.stdout
+    assert "rows/s" in resumed.stdout  # the progress lines
+    job = await rx.job()
+    assert job["status"] == "switched"
+    await no_row_lacks(rx, job["slot"])
+    rows = await rx.admin(f"SELECT content, {job['slot']} AS v FROM {pipeline.table}")
+    want = fake_openai.embedding_vectors([r["content"] for r in rows[:50]])
+    got = np.stack([r["v"].to_numpy() for r in rows[:50]])
+    assert np.allclose(got, want, atol=1e-5)
+    ranges = await rx.admin(f"SELECT runs, rows FROM {pipeline.table}_reindex_ranges")
+    # Each range was written once, and together they wrote every row once.
+    assert all(r["runs"] == 1 for r in ranges)
+    assert sum(r["rows"] for r in ranges) == len(TENANTS) * ROWS == job["planned_rows"]
+
+
+async def test_a_failing_model_pauses_the_job_and_resume_finishes_it(
+    pipeline: Pipeline, seeded: PgMemory, fake_openai: FakeOpenAI
+) -> None:
+    rx = Reindex(pipeline, {"OPENAI_API_KEY": "sk-test"})
+    unknown = rx.cli("--model", "no-such-provider/model-x", "--tenant", "acme")
+    assert unknown.returncode == 1 and "unknown embedding model" in unknown.stderr
+    rx.worker("reindex-a")
+    broken = Reply(status=400, body={"error": {"message": "model overloaded: try later"}})
+    fake_openai.script_embeddings(Reply(), Reply(), Reply(), *[broken] * 20)
+    run = rx.cli(
+        "--model", "openai/text-embedding-3-small", "--api-base", fake_openai.url,
+        "--tenant", "acme", "--batch", "40",
+    )  # fmt: skip
+    assert run.returncode == 1
+    assert "paused" in run.stderr and "model overloaded" in run.stderr, run.stderr
+    assert "--resume" in run.stderr
+    status = rx.cli("--status", "--tenant", "acme")
+    assert "paused" in status.stdout and "model overloaded" in status.stdout
+    second = rx.cli("--model", "hashing:32", "--tenant", "acme")
+    assert second.returncode == 1 and "may not overlap" in second.stderr
+    # Recall still answers from the old vectors while the job is paused.
+    assert len(await seeded.search(("acme", "facts"), "cello")) == 10
+    fake_openai.reset()
+    resumed = rx.cli("--resume", "--tenant", "acme")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    job = await rx.job()
+    assert job["status"] == "switched" and job["scope"] == "acme"
+    rows = await rx.admin(
+        f"SELECT tenant, {job['slot']} AS v FROM {pipeline.table} ORDER BY tenant"
+    )
+    # Only the tenant asked for moved; the others never got the new vectors.
+    assert all((r["v"] is not None) == (r["tenant"] == "acme") for r in rows)
+    assert len(await seeded.search(("globex", "facts"), "cello")) == 10
