@@ -14,6 +14,7 @@ from pgvector.asyncpg import register_vector
 
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
+from tulip_memory.errors import EmbeddingError
 from tulip_memory.reindex import ReindexConflict, Reindexer, ReindexError
 from tulip_memory.store import PgMemory
 from tulip_memory.store.fusion import HybridRanking
@@ -169,3 +170,29 @@ async def test_refusals_name_what_is_wrong(table: Table) -> None:
     assert abandoned.status == "finalized" and "abandoned" in (abandoned.error or "")
     assert len(await store.search_by_embedding(("acme", "facts"), [0.1] * 32)) == 3
     await store.close()
+
+
+async def test_a_store_configured_with_another_model_follows_the_table(table: Table) -> None:
+    creator = table.store()  # hashing:32, recorded as the original slot's model
+    await creator.put(("acme", "facts"), "a", "the first fact")
+    newer = PgMemory(table.app_dsn, table=table.name, embedder=HashingEmbedder(48))
+    await newer.put(("acme", "facts"), "b", "the second fact")
+    rows = await table.admin(f"SELECT content, embedding FROM {table.name} WHERE key = 'b'")
+    want = HashingEmbedder(32).embed([rows[0]["content"]])[0]
+    assert np.allclose(rows[0]["embedding"].to_numpy(), want, atol=1e-6)
+    hits = await newer.search(("acme", "facts"), "second fact")
+    assert hits[0].key == "b"
+    await newer.close()
+    await creator.close()
+
+
+async def test_an_unrebuildable_model_is_named_not_mixed(postgres: Postgres) -> None:
+    name = f"rx_{uuid.uuid4().hex[:10]}"
+    hrr = PgMemory(postgres.app_dsn, table=name, dim=16)  # HRR: 32 wide, no model string
+    await hrr.put(("acme", "facts"), "a", "a fact")
+    other = PgMemory(postgres.app_dsn, table=name, embedder=HashingEmbedder(32))
+    with pytest.raises(EmbeddingError, match=r"holds vectors of 'hrr-16'.* configure 'hrr-16'"):
+        await other.put(("acme", "facts"), "b", "another fact")
+    assert await other.get(("acme", "facts"), "b") is None
+    await other.close()
+    await hrr.close()

@@ -47,6 +47,18 @@ def embedder_from_config(
     return LiteLLMEmbedder(spec, dimension=dimension, api_base=api_base)
 
 
+def spec_of(embedder: BaseEmbedding) -> tuple[str, str | None] | None:
+    """The model string (and API base) :func:`embedder_from_config` builds an embedder
+    like ``embedder`` from; ``None`` for one built otherwise (HRR, custom classes)."""
+    if type(embedder) is HashingEmbedder:
+        return f"hashing:{embedder.dimension}", None
+    if type(embedder) is LiteLLMEmbedder and not embedder.request_dimensions:
+        return embedder.model, embedder.api_base
+    if type(embedder).__module__ == "tulip_memory.embeddings.local":
+        return f"local:{embedder.model}", None
+    return None
+
+
 def embedder_from_env(environ: Mapping[str, str] | None = None) -> BaseEmbedding:
     """:func:`embedder_from_config` from ``TULIP_EMBED_MODEL``, ``_DIM`` and ``_API_BASE``."""
     env = os.environ if environ is None else environ

@@ -17,6 +17,8 @@ from tulip_memory.errors import EmbeddingError
 from tulip_memory.store.postgres.slots import ALL_TENANTS, DEFAULT_LAYOUT, Layout, SlotInfo
 from tulip_memory.store.ranking import vector_or_none
 
+#: The model label of a slot written without vectors (the store's substring-only mode).
+NO_MODEL = "none"
 #: Builds the embedder of a slot from its model string, width and API base.
 EmbedderResolver = Callable[[str, int, str | None], BaseEmbedding]
 
@@ -80,8 +82,16 @@ class Layouts:
         if info.slot in self._embedders:
             return self._embedders[info.slot]
         own = self._own
-        if info.spec is None or (own is not None and own.model == info.model):
+        if (own.model if own is not None else NO_MODEL) == info.model:
             chosen = own
+        elif info.spec is None:
+            mine = own.model if own is not None else NO_MODEL
+            raise EmbeddingError(
+                f"vector slot {info.slot!r} holds vectors of {info.model!r}, which cannot "
+                f"be built from a model string, and this store embeds with {mine!r}: "
+                f"configure {info.model!r} (TULIP_EMBED_MODEL) until a reindex moves "
+                "the table off it"
+            )
         else:
             try:
                 chosen = self._resolve(info.spec, info.dim, info.api_base)

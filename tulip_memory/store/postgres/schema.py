@@ -20,10 +20,12 @@ async def ensure_schema(
     ann: bool,
     text_search_config: str,
     model: str,
+    spec: tuple[str, str | None] | None = None,
 ) -> list[int]:
     """Bring a memories table up to date; return the versions applied now. ``model``
     names the vectors of the original ``embedding`` column when the table's slot
-    registry is created (the store's own encoder)."""
+    registry is created (the store's own encoder), and ``spec`` how to build it (its
+    model string and API base) when a model string can."""
     await _ensure_vector(conn)
     await _check_text_search_config(conn, text_search_config)
     steps = [
@@ -35,7 +37,8 @@ async def ensure_schema(
         for m in MIGRATIONS
     ]
     applied = await apply_migrations(conn, table, steps)
-    await conn.execute(sql.SEED_SLOT.format(t=table), model, dim)
+    spec_text, api_base = spec if spec is not None else (None, None)
+    await conn.execute(sql.SEED_SLOT.format(t=table), model, dim, spec_text, api_base)
     await _check_width(conn, table, dim)
     await _check_table_text_search_config(conn, table, text_search_config)
     return applied
@@ -107,8 +110,9 @@ async def _check_table_text_search_config(conn: Any, table: str, config: str) ->
 
 
 async def _check_width(conn: Any, table: str, dim: int) -> None:
-    """The original column must fit this store's encoder while recall reads it; once
-    a reindex moved recall to a slot of its own model, that slot's model is used."""
+    """The original column must fit this store's encoder while recall reads it and
+    only a store's own encoder can fill it; a slot with a recorded model string (or
+    one a reindex moved recall to) is filled and queried with its own model."""
     if await conn.fetchval(sql.READS_ORIGINAL.format(t=table)) is not True:
         return
     width = await conn.fetchval(sql.VECTOR_WIDTH, table)

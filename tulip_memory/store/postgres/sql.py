@@ -73,11 +73,14 @@ FROM (SELECT 1) AS one LEFT JOIN LATERAL ({_LAYOUT}) AS l ON true"""
 
 SLOTS = "SELECT slot, model, dim, spec, api_base FROM {t}_slots ORDER BY created_at, slot"
 
-# Whether recall of the tenants without a layout of their own reads the original slot.
-READS_ORIGINAL = "SELECT read_slot = 'embedding' FROM {t}_layout WHERE scope = ''"
+# Whether recall of the tenants without a layout of their own reads the original slot,
+# and only the store's own embedder can fill it (no model string was recorded for it).
+READS_ORIGINAL = """
+SELECT l.read_slot = 'embedding' AND s.spec IS NULL
+FROM {t}_layout l JOIN {t}_slots s ON s.slot = 'embedding' WHERE l.scope = ''"""
 
 SEED_SLOT = """
-INSERT INTO {t}_slots (slot, model, dim) VALUES ('embedding', $1, $2)
+INSERT INTO {t}_slots (slot, model, dim, spec, api_base) VALUES ('embedding', $1, $2, $3, $4)
 ON CONFLICT DO NOTHING"""
 
 ROLE_FLAGS = "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"

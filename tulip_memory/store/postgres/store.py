@@ -25,12 +25,18 @@ import numpy as np
 
 from tulip_memory.embeddings import BaseEmbedding, EmbeddingCache, HashingEmbedder, HRREncoder
 from tulip_memory.embeddings.base import Vectors
+from tulip_memory.embeddings.factory import spec_of
 from tulip_memory.errors import TenantIsolationError
 from tulip_memory.store.base import BaseStore, BatchItem
 from tulip_memory.store.fusion import WORD_HASHING, HybridRanking
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
 from tulip_memory.store.postgres import slots, sql
-from tulip_memory.store.postgres.layouts import EmbedderResolver, Layouts, resolve_embedder
+from tulip_memory.store.postgres.layouts import (
+    NO_MODEL,
+    EmbedderResolver,
+    Layouts,
+    resolve_embedder,
+)
 from tulip_memory.store.postgres.schema import ensure_schema
 from tulip_memory.store.postgres.slots import Layout
 from tulip_memory.store.postgres.writer import (
@@ -242,7 +248,8 @@ class PgMemory(BaseStore):
                 dim=self._vdim,
                 ann=self._ann,
                 text_search_config=self._ts_config,
-                model=self._encoder.model if self._encoder is not None else "none",
+                model=self._encoder.model if self._encoder is not None else NO_MODEL,
+                spec=None if self._encoder is None else spec_of(self._encoder),
             )
         finally:
             await conn.close()
