@@ -196,3 +196,52 @@ async def test_an_unrebuildable_model_is_named_not_mixed(postgres: Postgres) -> 
     assert await other.get(("acme", "facts"), "b") is None
     await other.close()
     await hrr.close()
+
+
+async def test_cancel_stops_batches_and_resume_goes_on(table: Table) -> None:
+    store = table.store()
+    await fill(store, ["acme"], 12)
+    sent: list[tuple[int, int]] = []
+    reindexer = Reindexer(store, send=lambda j, r: sent.append((j, r)))
+    job = await reindexer.start(NEW, tenant="acme", batch=4)
+    await reindexer.run_batch(*sent[0])
+    cancelled = await reindexer.cancel("acme")
+    assert cancelled.status == "cancelled"
+    assert (await reindexer.run_batch(*sent[1])).startswith("skipped: job")
+    progress = await reindexer.progress(job.id)
+    assert (progress.ranges_done, progress.ranges, progress.finished) == (1, 5, True)
+    sent.clear()
+    resumed = await reindexer.resume("acme")
+    assert resumed.status == "running" and len(sent) == 4  # only the pending ranges
+    for job_id, range_id in sent:
+        await reindexer.run_batch(job_id, range_id)
+    assert (await reindexer.progress(job.id)).job.status == "switched"
+    with pytest.raises(ReindexError, match="already switched"):
+        await reindexer.resume("acme")
+    await store.close()
+
+
+async def test_finalizing_one_tenant_keeps_the_others_vectors(table: Table) -> None:
+    store = table.store()
+    await fill(store, ["acme", "globex"], 5)
+    reindexer = Reindexer(store)
+    job = await reindexer.start(NEW, tenant="acme")
+    assert job.status == "switched"
+    await reindexer.finalize("acme")
+    rows = await table.admin(
+        f"SELECT tenant, embedding IS NOT NULL AS old, {job.slot} IS NOT NULL AS new "
+        f"FROM {table.name}"
+    )
+    assert {(r["tenant"], r["old"], r["new"]) for r in rows} == {
+        ("acme", False, True),
+        ("globex", True, False),
+    }
+    # Each tenant's recall reads its own slot, at its own width.
+    assert len(await store.search_by_embedding(("acme", "facts"), [0.1] * 48)) == 5
+    assert len(await store.search_by_embedding(("globex", "facts"), [0.1] * 32)) == 5
+    await store.put(("acme", "facts"), "new", "written after finalize")
+    new = await table.admin(
+        f"SELECT embedding, {job.slot} AS v FROM {table.name} WHERE key = 'new'"
+    )
+    assert new[0]["embedding"] is None and new[0]["v"] is not None
+    await store.close()

@@ -1,0 +1,52 @@
+"""The reindex progress bar: rows/s over a window, ETA, one line per few seconds off a tty."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime
+
+from tulip_memory.reindex.model import Progress, ReindexJob
+from tulip_memory.reindex.progress import ProgressBar, describe
+
+NOW = datetime(2026, 11, 29, tzinfo=UTC)
+
+
+def job(status: str = "running", error: str | None = None) -> ReindexJob:
+    return ReindexJob(
+        id=3, scope="", slot="embedding_3", model="hashing-96", spec="hashing:96",
+        api_base=None, dim=96, batch=100, planned_rows=10_000, status=status, error=error,
+        previous={}, created_at=NOW, updated_at=NOW, switched_at=None, finalized_at=None,
+    )  # fmt: skip
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_rate_and_eta_from_the_samples() -> None:
+    out, clock = io.StringIO(), Clock()
+    bar = ProgressBar(out, clock=clock)
+    bar.update(Progress(job(), 100, 0, 0))
+    clock.now = 2.0
+    bar.update(Progress(job(), 100, 10, 1_000))
+    clock.now = 6.0
+    bar.update(Progress(job(), 100, 30, 3_000))
+    lines = out.getvalue().splitlines()
+    # Off a terminal: the first line, then one every 5 seconds.
+    assert len(lines) == 2
+    assert "30.0%" in lines[-1] and "3,000/10,000 rows" in lines[-1]
+    assert "500 rows/s" in lines[-1] and "ETA 0:14" in lines[-1]
+    bar.update(Progress(job("switched"), 100, 100, 10_000))
+    assert "100.0%" in out.getvalue().splitlines()[-1]
+
+
+def test_status_says_what_to_do_next() -> None:
+    paused = describe(Progress(job("paused", "range 4: model overloaded"), 10, 4, 400))
+    assert "status: paused - range 4: model overloaded" in paused
+    assert any("--resume" in line for line in paused)
+    switched = describe(Progress(job("switched"), 10, 10, 1_000))
+    assert any("--finalize" in line for line in switched)
