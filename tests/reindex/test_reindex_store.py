@@ -158,6 +158,8 @@ async def test_refusals_name_what_is_wrong(table: Table) -> None:
         await reindexer.start(OLD, tenant="acme")
     with pytest.raises(ReindexError, match="administrator DSN"):
         await reindexer.start(NEW)
+    with pytest.raises(ReindexError, match="subject to row-level security"):
+        await Reindexer(store, admin_dsn=table.app_dsn).start(NEW)
     with pytest.raises(ReindexError, match="batch"):
         await reindexer.start(NEW, tenant="acme", batch=0)
     job = await reindexer.start(NEW, tenant="acme")

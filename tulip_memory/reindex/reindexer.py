@@ -137,6 +137,8 @@ class Reindexer:
                 "(row-level security hides them from the application role): set "
                 "TULIP_DATABASE_ADMIN_URL, or reindex one tenant at a time with --tenant"
             )
+        if not scope:
+            await (await self._admin()).close()
         embedder, dim = await self._probe(model, api_base)
         job = await self._create(scope, model, embedder, dim, batch, api_base)
         await self._advance(job)
@@ -233,14 +235,33 @@ class Reindexer:
             await conn.execute(self.q(sql.SET_PLANNED), job.id, total)
 
     async def _tenants(self) -> list[str]:
-        import asyncpg
-
-        assert self._admin_dsn is not None
-        conn = await asyncpg.connect(self._admin_dsn)
+        """Every tenant with rows, listed through the administrator DSN."""
+        conn = await self._admin()
         try:
             return [r["tenant"] for r in await conn.fetch(self.q(sql.TENANTS))]
         finally:
             await conn.close()
+
+    async def _admin(self) -> Any:
+        """A connection as the administrator role, refused unless it sees every row:
+        under row-level security the plan would be empty and the switch would point
+        recall at a slot no row has."""
+        import asyncpg
+
+        assert self._admin_dsn is not None
+        try:
+            conn = await asyncpg.connect(self._admin_dsn)
+        except (OSError, asyncpg.PostgresError) as e:
+            raise ReindexError(f"cannot connect with the administrator DSN: {e}") from e
+        role = await conn.fetchrow(self.q(sql.ROLE_SEES_ALL))
+        if not (role["rolsuper"] or role["rolbypassrls"]):
+            await conn.close()
+            raise ReindexError(
+                f"the administrator DSN's role {role['rolname']!r} is subject to "
+                "row-level security, so it cannot list the tenants; use a superuser "
+                "or BYPASSRLS role, or --tenant"
+            )
+        return conn
 
     async def _dispatch(self, job_id: int) -> None:
         pending = [r["id"] for r in await self._fetch(sql.PENDING_RANGES, job_id)]

@@ -123,6 +123,9 @@ CLEAR_TENANT_TURNS_SLOT = "UPDATE {t}_turns SET {v} = NULL WHERE tenant = $1 AND
 
 # -- planning -------------------------------------------------------------------------
 
+ROLE_SEES_ALL = """
+SELECT rolname, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"""
+
 # Every tenant with rows; a loose index scan over the primary keys' leading column
 # (needs a role that bypasses row-level security).
 TENANTS = """
