@@ -7,6 +7,8 @@ from __future__ import annotations
 
 REINDEX_TASK = "tulip.memory.reindex"
 REINDEX_QUEUE = "memory.reindex"
+#: Retries of a batch failing for a reason other than its model (a database blip).
+REINDEX_RETRIES = 5
 
 
 def send_reindex_batch(job_id: int, range_id: int) -> None:

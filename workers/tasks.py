@@ -8,7 +8,7 @@ from celery.signals import worker_process_init
 
 from producer.events import CHECKPOINT_SAVED, SESSION_ENDED, TASKS
 from workers.app import app
-from workers.reindexing import REINDEX_TASK
+from workers.reindexing import REINDEX_RETRIES, REINDEX_TASK
 from workers.runtime import SUMMARIZE_TASK, reset_after_fork, runtime
 
 
@@ -35,11 +35,21 @@ def summarize(thread_id: str) -> str:
     return rt.run(rt.summaries().run(thread_id))
 
 
-@app.task(name=REINDEX_TASK)  # type: ignore[untyped-decorator]
-def reindex(job_id: int, range_id: int) -> str:
-    """Embed and write one keyset range of a reindex job (pooled, unordered)."""
+@app.task(name=REINDEX_TASK, bind=True, max_retries=REINDEX_RETRIES)  # type: ignore[untyped-decorator]
+def reindex(self: Any, job_id: int, range_id: int) -> str:
+    """Embed and write one keyset range of a reindex job (pooled, unordered). A
+    failure other than the model's (which pauses the job itself) is retried with
+    backoff; the last one pauses the job with its error, so none goes unnoticed."""
     rt = runtime()
-    return rt.run(rt.reindexer().run_batch(job_id, range_id))
+    try:
+        return rt.run(rt.reindexer().run_batch(job_id, range_id))
+    except Exception as e:
+        tries = self.request.retries + 1
+        if tries > REINDEX_RETRIES:
+            reason = f"range {range_id} failed {tries} times: {type(e).__name__}: {e}"
+            rt.run(rt.reindexer().pause(job_id, reason))
+            raise
+        raise self.retry(exc=e, countdown=min(30, 2**tries)) from e
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

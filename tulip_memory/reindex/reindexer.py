@@ -350,8 +350,13 @@ class Reindexer:
         return sum(v is not None for v in vectors)
 
     async def _pause(self, job: ReindexJob, error: str) -> None:
+        await self.pause(job.id, error)
+
+    async def pause(self, job_id: int, error: str) -> None:
+        """Stop a running job with ``error``, for ``--status`` to show; ``resume``
+        goes on."""
         async with self.store.connection() as conn:
-            await conn.execute(self.q(sql.PAUSE), job.id, error)
+            await conn.execute(self.q(sql.PAUSE), job_id, error)
 
     # -- the switch -------------------------------------------------------------
 
