@@ -79,11 +79,15 @@ class Services:
 
 
 def open_services(
-    stack: contextlib.ExitStack, admin_dsn: str | None, broker_url: str | None
+    stack: contextlib.ExitStack,
+    admin_dsn: str | None,
+    broker_url: str | None,
+    *,
+    prefix: str = "tulip-bench-pipeline-",
 ) -> Services:
-    """Postgres and Redis: the given ones, else embedded ones in a temp dir that
-    ``stack`` removes (after stopping them)."""
-    tmp = Path(tempfile.mkdtemp(prefix="tulip-bench-pipeline-"))
+    """Postgres and Redis: the given ones, else embedded ones in a temp dir (named
+    ``prefix``...) that ``stack`` removes (after stopping them)."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
     stack.callback(shutil.rmtree, tmp, ignore_errors=True)
     own_postgres, own_redis = not admin_dsn, not broker_url
     if admin_dsn:
