@@ -37,6 +37,17 @@ class Table:
             self.app_dsn, table=self.name, embedder=HashingEmbedder(32), ranking=VECTORS_ONLY
         )
 
+    async def hnsw(self) -> set[str]:
+        """The table's HNSW indexes, by the column they index."""
+        rows = await self.admin(
+            "SELECT a.attname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "JOIN pg_am am ON am.oid = c.relam "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "
+            "WHERE i.indrelid = $1::regclass AND am.amname = 'hnsw' AND i.indisvalid",
+            self.name,
+        )
+        return {r["attname"] for r in rows}
+
     async def admin(self, query: str, *args: object) -> list[asyncpg.Record]:
         conn = await asyncpg.connect(self.admin_dsn)
         await register_vector(conn)
@@ -108,6 +119,7 @@ async def test_reindex_moves_every_row_and_switches_recall(table: Table) -> None
         f"SELECT embedding, {job.slot} AS v FROM {table.name} WHERE key = 'late'"
     )
     assert late[0]["embedding"] is not None and late[0]["v"] is not None
+    assert await table.hnsw() == {job.slot}  # built at the switch; the old one went at start
     done = await reindexer.finalize()
     assert done.status == "finalized"
     cols = await table.admin(
@@ -162,7 +174,9 @@ async def test_refusals_name_what_is_wrong(table: Table) -> None:
         await Reindexer(store, admin_dsn=table.app_dsn).start(NEW)
     with pytest.raises(ReindexError, match="batch"):
         await reindexer.start(NEW, tenant="acme", batch=0)
+    assert await table.hnsw() == {"embedding"}
     job = await reindexer.start(NEW, tenant="acme")
+    assert await table.hnsw() == set()  # unused by recall; not maintained during the job
     with pytest.raises(ReindexConflict, match=f"job {job.id} .* is running"):
         await reindexer.start("hashing:64", tenant="acme")
     with pytest.raises(ReindexConflict, match="may not overlap"):
@@ -170,6 +184,7 @@ async def test_refusals_name_what_is_wrong(table: Table) -> None:
     # Abandon: the new slot goes, recall never left the old one.
     abandoned = await reindexer.finalize("acme")
     assert abandoned.status == "finalized" and "abandoned" in (abandoned.error or "")
+    assert await table.hnsw() == {"embedding"}
     assert len(await store.search_by_embedding(("acme", "facts"), [0.1] * 32)) == 3
     await store.close()
 
@@ -238,6 +253,7 @@ async def test_finalizing_one_tenant_keeps_the_others_vectors(table: Table) -> N
         ("acme", False, True),
         ("globex", True, False),
     }
+    assert await table.hnsw() == {"embedding", job.slot}  # both still read by someone
     # Each tenant's recall reads its own slot, at its own width.
     assert len(await store.search_by_embedding(("acme", "facts"), [0.1] * 48)) == 5
     assert len(await store.search_by_embedding(("globex", "facts"), [0.1] * 32)) == 5

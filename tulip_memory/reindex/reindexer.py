@@ -188,7 +188,21 @@ class Reindexer:
                 await conn.execute(self.q(sql.ADD_WRITE_SLOT_TENANT), scope, slot)
             else:
                 await conn.execute(self.q(sql.ADD_WRITE_SLOT_ALL), slot)
+            for old in await self._read_slots(conn, scope):
+                # No statement of the store orders by the index (recall is an exact
+                # scan); keeping it would re-insert every row the batches move into
+                # the graph, 80% of a job's time. Rebuilt if the old slot stays read.
+                await conn.execute(self.q(sql.DROP_INDEX, i=self._index_of(old)))
         return await self._require(job_id)
+
+    async def _read_slots(self, conn: Any, scope: str) -> list[str]:
+        """The slots recall reads in ``scope`` (all of them for every tenant)."""
+        rows = await conn.fetch(self.q(sql.LAYOUTS))
+        return sorted({r["read_slot"] for r in rows if not scope or r["scope"] == scope})
+
+    def _index_of(self, slot: str) -> str:
+        schema = self.store.table.rsplit(".", 1)[0]
+        return f"{schema}.{slot_index(self.store.table_name, slot)}"
 
     async def _advance(self, job: ReindexJob) -> None:
         """Plan (if not planned), then send every pending range."""
@@ -197,18 +211,29 @@ class Reindexer:
         await self._dispatch(job.id)
 
     async def _index(self, job: ReindexJob) -> None:
-        """The slot's HNSW index, built concurrently (writes go on meanwhile) once the
-        batches filled the column: one bulk build instead of a graph insert per row
-        (which made a 10,000-row job 1.8x slower). An invalid index left by a
-        crash is dropped and built again."""
-        if job.dim > PGVECTOR_ANN_MAX_DIM:
+        """The new slot's HNSW index, built once the batches filled the column: one
+        bulk build instead of a graph insert per row."""
+        await self._index_slot(job.slot, job.dim)
+
+    async def _index_slot(self, slot: str, dim: int) -> None:
+        """A slot's HNSW index, built concurrently (writes go on meanwhile); an
+        invalid one left by a crash is dropped and built again."""
+        if dim > PGVECTOR_ANN_MAX_DIM:
             return
-        name = slot_index(self.store.table_name, job.slot)
-        qualified = f"{self.store.table.rsplit('.', 1)[0]}.{name}"
+        qualified = self._index_of(slot)
         async with self.store.connection() as conn:
             if await conn.fetchval(self.q(sql.INDEX_VALID), qualified) is False:
                 await conn.execute(self.q(sql.DROP_INDEX, i=qualified))
-            await conn.execute(self.q(sql.CREATE_INDEX, i=name, v=job.slot))
+            name = slot_index(self.store.table_name, slot)
+            await conn.execute(self.q(sql.CREATE_INDEX, i=name, v=slot))
+
+    async def _index_read_slots(self) -> None:
+        """Every slot recall reads has its index (after a finalize)."""
+        async with self.store.connection() as conn:
+            read = await self._read_slots(conn, ALL_TENANTS)
+            dims = {r["slot"]: r["dim"] for r in await conn.fetch(self.q(sql.SLOT_DIMS))}
+        for slot in read:
+            await self._index_slot(slot, dims[slot])
 
     async def _plan(self, job: ReindexJob) -> None:
         """Cut every tenant's rows (memories and turns) into ranges of ``batch`` keys."""
@@ -467,6 +492,7 @@ class Reindexer:
             await conn.execute(self.q(sql.FINALIZED), job.id, note)
         if job.scope:
             await self._clear(job.scope, clear)
+        await self._index_read_slots()
         return await self._require(job.id)
 
     async def _clear(self, tenant: str, slots: Sequence[str]) -> None:

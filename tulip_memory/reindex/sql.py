@@ -76,6 +76,8 @@ DROP_INDEX = "DROP INDEX IF EXISTS {i}"
 
 SLOT_MODEL = "SELECT model FROM {t}_slots WHERE slot = $1"
 
+SLOT_DIMS = "SELECT slot, dim FROM {t}_slots"
+
 INSERT_SLOT = """
 INSERT INTO {t}_slots (slot, model, dim, spec, api_base) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (slot) DO NOTHING"""
