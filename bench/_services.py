@@ -17,10 +17,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import TypeVar
 
 from tulip_memory.dev.embedded import EmbeddedPostgres, EmbeddedRedis, run_async
 from tulip_memory.store.postgres import provision_app_role
@@ -28,6 +29,9 @@ from tulip_memory.store.postgres import provision_app_role
 ROOT = Path(__file__).resolve().parents[1]
 APP_ROLE = "tulip_bench"
 STOP_TIMEOUT = 15.0
+
+
+R = TypeVar("R")
 
 
 class BenchError(RuntimeError):
@@ -66,6 +70,31 @@ def raise_on_interrupts() -> None:
 
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, terminate)
+
+
+def bench_main(run: Callable[[contextlib.ExitStack], R], report: Callable[[R], None]) -> int:
+    """A benchmark's ``main``: ``run`` with every service it opens on ``stack``
+    stopped at the end, Ctrl-C included; ``report`` prints what ``run`` returned."""
+    raise_on_interrupts()
+    stack = contextlib.ExitStack()
+    try:
+        result = run(stack)
+    except BenchError as e:
+        progress(f"benchmark failed: {e}")
+        return 1
+    except KeyboardInterrupt:
+        progress("interrupted; stopping everything ...")
+        return 130
+    finally:
+        with deferred_interrupts():
+            stack.close()
+    report(result)
+    return 0
+
+
+def progress(text: str) -> None:
+    """A status line on stderr, so the report on stdout stays clean."""
+    print(text, file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)

@@ -53,9 +53,10 @@ from bench._services import (
     BenchError,
     Services,
     WorkerPool,
+    bench_main,
     deferred_interrupts,
     open_services,
-    raise_on_interrupts,
+    progress,
 )
 from celeryconfig import kombu_url
 from producer import Producer
@@ -795,10 +796,6 @@ class Options:
         return None
 
 
-def progress(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
 def run(stack: contextlib.ExitStack, options: Options) -> Report:
     services = open_services(stack, options.admin_dsn, options.broker_url)
     with deferred_interrupts():
@@ -857,21 +854,11 @@ def run_noop(bench: Bench, options: Options, stack: contextlib.ExitStack) -> lis
 
 def main(argv: Sequence[str] | None = None) -> int:
     options = Options.parse(argv)
-    raise_on_interrupts()
-    stack = contextlib.ExitStack()
-    try:
-        report = run(stack, options)
-    except BenchError as e:
-        progress(f"benchmark failed: {e}")
-        return 1
-    except KeyboardInterrupt:
-        progress("interrupted; stopping everything ...")
-        return 130
-    finally:
-        with deferred_interrupts():
-            stack.close()
-    print_report(report)
-    return 0
+
+    def measure(stack: contextlib.ExitStack) -> Report:
+        return run(stack, options)
+
+    return bench_main(measure, print_report)
 
 
 if __name__ == "__main__":

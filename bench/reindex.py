@@ -59,7 +59,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -72,9 +72,10 @@ from bench._services import (
     BenchError,
     Services,
     WorkerPool,
+    bench_main,
     deferred_interrupts,
     open_services,
-    raise_on_interrupts,
+    progress,
 )
 from tulip_memory.embeddings import BaseEmbedding, embedder_from_config
 from tulip_memory.reindex import Progress, Reindexer, ReindexError, ReindexJob
@@ -473,46 +474,34 @@ class TimedReindexer(Reindexer):
     def __init__(self, store: PgMemory, phases: Phases, **kwargs: Any) -> None:
         super().__init__(store, **kwargs)
         self.phases = phases
+        # Calls between the steps go through instance attributes, so each is timed.
+        for name, label in TIMED_STEPS.items():
+            setattr(self, name, _timed(getattr(self, name), phases, label))
 
-    async def start(self, *args: Any, **kwargs: Any) -> Any:
-        with self.phases.step("other (job rows, lookups)"):
-            return await super().start(*args, **kwargs)
 
-    async def _probe(self, *args: Any, **kwargs: Any) -> Any:
-        with self.phases.step("probe the model"):
-            return await super()._probe(*args, **kwargs)
+#: ``Reindexer`` methods timed by the in-process run, and their labels.
+TIMED_STEPS = {
+    "start": "other (job rows, lookups)",
+    "_probe": "probe the model",
+    "_create": "add the slot (layout lock)",
+    "_index": "build the slot's HNSW index",
+    "_plan": "plan ranges",
+    "run_batch": "batch bookkeeping (job, range, pending)",
+    "_rows": "read rows",
+    "_embed": "embed",
+    "_write": "write vectors (UPDATE + range done)",
+    "finish": "sweep + switch",
+}
 
-    async def _create(self, *args: Any, **kwargs: Any) -> Any:
-        with self.phases.step("add the slot (layout lock)"):
-            return await super()._create(*args, **kwargs)
 
-    async def _index(self, *args: Any, **kwargs: Any) -> Any:
-        with self.phases.step("build the slot's HNSW index"):
-            return await super()._index(*args, **kwargs)
+def _timed(
+    method: Callable[..., Awaitable[Any]], phases: Phases, label: str
+) -> Callable[..., Awaitable[Any]]:
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        with phases.step(label):
+            return await method(*args, **kwargs)
 
-    async def _plan(self, *args: Any, **kwargs: Any) -> Any:
-        with self.phases.step("plan ranges"):
-            return await super()._plan(*args, **kwargs)
-
-    async def run_batch(self, *args: Any, **kwargs: Any) -> Any:
-        with self.phases.step("batch bookkeeping (job, range, pending)"):
-            return await super().run_batch(*args, **kwargs)
-
-    async def _rows(self, *args: Any, **kwargs: Any) -> Any:
-        with self.phases.step("read rows"):
-            return await super()._rows(*args, **kwargs)
-
-    async def _embed(self, *args: Any, **kwargs: Any) -> Any:
-        with self.phases.step("embed"):
-            return await super()._embed(*args, **kwargs)
-
-    async def _write(self, *args: Any, **kwargs: Any) -> Any:
-        with self.phases.step("write vectors (UPDATE + range done)"):
-            return await super()._write(*args, **kwargs)
-
-    async def finish(self, *args: Any, **kwargs: Any) -> Any:
-        with self.phases.step("sweep + switch"):
-            return await super().finish(*args, **kwargs)
+    return timed
 
 
 def timed_send(send: Callable[[int, int], None], phases: Phases) -> Callable[[int, int], None]:
@@ -873,10 +862,6 @@ class Options:
         return None
 
 
-def progress(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
 async def find_postmaster(services: Services) -> Any:
     if not services.embedded_postgres:
         return None
@@ -951,21 +936,11 @@ async def run_celery(ctx: Context, stack: contextlib.ExitStack) -> JobRun:
 
 def main(argv: Sequence[str] | None = None) -> int:
     options = Options.parse(argv)
-    raise_on_interrupts()
-    stack = contextlib.ExitStack()
-    try:
-        report = asyncio.run(run_async(stack, options))
-    except BenchError as e:
-        progress(f"benchmark failed: {e}")
-        return 1
-    except KeyboardInterrupt:
-        progress("interrupted; stopping everything ...")
-        return 130
-    finally:
-        with deferred_interrupts():
-            stack.close()
-    print_report(report)
-    return 0
+
+    def measure(stack: contextlib.ExitStack) -> Report:
+        return asyncio.run(run_async(stack, options))
+
+    return bench_main(measure, print_report)
 
 
 if __name__ == "__main__":
