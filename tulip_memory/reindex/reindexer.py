@@ -311,19 +311,22 @@ class Reindexer:
             raise ReindexError(f"reindex job {job_id} has no range {range_id}")
         rng = Range.from_row(found[0])
         if rng.status == "done":
-            return "skipped: range already done"
-        try:
-            texts, keys = await self._rows(job, rng, sweep=False)
-            vectors = await self._embed(job, texts)
-        except _EmbedFailed as e:
-            await self._pause(job, f"range {range_id} ({rng.kind} of tenant {rng.tenant!r}): {e}")
-            return "paused"
-        written = await self._write(job, rng, keys, vectors, mark=True)
-        if written is None:
-            return "skipped: done or stopped meanwhile"
+            outcome = "skipped: range already done"
+        else:
+            try:
+                texts, keys = await self._rows(job, rng, sweep=False)
+                vectors = await self._embed(job, texts)
+            except _EmbedFailed as e:
+                where = f"range {range_id} ({rng.kind} of tenant {rng.tenant!r})"
+                await self._pause(job, f"{where}: {e}")
+                return "paused"
+            written = await self._write(job, rng, keys, vectors, mark=True)
+            outcome = "skipped: stopped meanwhile" if written is None else f"{written} vectors"
+        # Whoever sees no range pending finishes (idempotent): also a rerun of the last
+        # batch whose first run wrote its range but failed while finishing.
         if not await self._fetch(sql.PENDING_RANGES, job_id):
             await self.finish(job_id)
-        return f"{written} vectors"
+        return outcome
 
     async def _rows(self, job: ReindexJob, rng: Range, *, sweep: bool) -> tuple[list[str], Any]:
         async with self.store.transaction(rng.tenant) as tx:
