@@ -3,6 +3,7 @@ dual writes, the atomic switch, finalize, and refusals. Real Postgres throughout
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -137,11 +138,12 @@ async def test_writes_during_a_job_fill_both_slots(table: Table) -> None:
     store = table.store()
     await fill(store, ["acme"], 6)
     sent: list[tuple[int, int]] = []
+    writer = table.store()
+    await writer.put(("acme", "facts"), "warm", "a write before the job: layouts cached")
     reindexer = Reindexer(store, send=lambda j, r: sent.append((j, r)))
     job = await reindexer.start(NEW, tenant="acme", batch=4)
-    assert job.status == "running" and len(sent) == 4  # 6 rows + 5 turns, by 4
-    # A write now, by a store that has not seen the job (its layout cache is stale).
-    writer = table.store()
+    assert job.status == "running" and len(sent) == 4  # 7 rows + 5 turns, by 4
+    # A write now, by a store whose cached layout predates the job.
     await writer.put(("acme", "facts"), "k0001", {"text": "rewritten while reindexing"})
     rows = await table.admin(
         f"SELECT embedding, {job.slot} AS v, content FROM {table.name} WHERE key = 'k0001'"
@@ -149,13 +151,13 @@ async def test_writes_during_a_job_fill_both_slots(table: Table) -> None:
     want = HashingEmbedder(48).embed([rows[0]["content"]])[0]
     assert np.allclose(rows[0]["v"].to_numpy(), want, atol=1e-6)
     # Recall still reads the old slot until the switch.
-    assert len(await writer.search_by_embedding(("acme", "facts"), [0.1] * 32)) == 6
+    assert len(await writer.search_by_embedding(("acme", "facts"), [0.1] * 32)) == 7
     for job_id, range_id in sent:
         await reindexer.run_batch(job_id, range_id)
     # A range run twice changes nothing.
     assert (await reindexer.run_batch(*sent[0])).startswith("skipped")
     assert (await reindexer.job(job.id)).status == "switched"  # type: ignore[union-attr]
-    assert len(await writer.search_by_embedding(("acme", "facts"), [0.1] * 48)) == 6
+    assert len(await writer.search_by_embedding(("acme", "facts"), [0.1] * 48)) == 7
     await writer.close()
     await store.close()
 
@@ -263,3 +265,43 @@ async def test_finalizing_one_tenant_keeps_the_others_vectors(table: Table) -> N
     )
     assert new[0]["embedding"] is None and new[0]["v"] is not None
     await store.close()
+
+
+async def test_a_write_waiting_on_a_job_start_fills_the_new_slot(table: Table) -> None:
+    """The race the layout lock exists for: a write whose transaction waits while a
+    job start holds the lock must write the slot that start added, though it began
+    (and its store cached the layout) before the start committed."""
+    store, writer = table.store(), table.store()
+    await fill(store, ["acme"], 3)
+    await writer.put(("acme", "facts"), "warm", "layouts cached before the job")
+    blocker = await asyncpg.connect(table.admin_dsn)
+    tx = blocker.transaction()
+    await tx.start()
+    await blocker.execute(f"LOCK TABLE {table.name} IN ACCESS SHARE MODE")
+    starting = asyncio.ensure_future(
+        Reindexer(store, send=lambda j, r: None).start(NEW, tenant="acme")
+    )
+    await wait_for_waiter(table, "ALTER TABLE")  # the start holds the layout lock
+    writing = asyncio.ensure_future(writer.put(("acme", "facts"), "racer", "written in the race"))
+    await wait_for_waiter(table, "pg_advisory_xact_lock_shared")
+    await tx.commit()
+    await blocker.close()
+    job = await starting
+    await writing
+    rows = await table.admin(f"SELECT {job.slot} AS v FROM {table.name} WHERE key = 'racer'")
+    assert rows[0]["v"] is not None
+    await writer.close()
+    await store.close()
+
+
+async def wait_for_waiter(table: Table, statement: str) -> None:
+    for _ in range(200):
+        rows = await table.admin(
+            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type IN ('Lock', 'LWLock') "
+            "AND position($1 in query) > 0",
+            statement,
+        )
+        if rows:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"nothing waits in {statement!r}")

@@ -45,10 +45,19 @@ class Layouts:
         self._slots: dict[str, SlotInfo] = {}
         self._layouts: dict[str, Layout] = {}
         self._embedders: dict[str, BaseEmbedding | None] = {}
+        self._written: dict[str, tuple[int, Layout]] = {}
 
     def cached(self, tenant: str) -> Layout:
         """The tenant's last known layout (else the all-tenants one, else the default)."""
         return self._layouts.get(tenant) or self._layouts.get(ALL_TENANTS) or DEFAULT_LAYOUT
+
+    def for_write(self, tenant: str, version: int) -> Layout | None:
+        """The tenant's layout as a write transaction read it at ``version``."""
+        found = self._written.get(tenant)
+        return found[1] if found is not None and found[0] == version else None
+
+    def note_write(self, tenant: str, version: int, layout: Layout) -> None:
+        self._written[tenant] = (version, layout)
 
     async def note(self, conn: Any, tenant: str, layout: Layout) -> Layout:
         """Remember ``layout`` as read in a transaction; learn slots it names."""

@@ -120,6 +120,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 write_slots text[] NOT NULL
             )""",
             "INSERT INTO {t}_layout VALUES ('', 'embedding', ARRAY['embedding'])",
+            "CREATE SEQUENCE {t}_layout_version",
             """CREATE TABLE {t}_reindex_jobs (
                 id bigserial PRIMARY KEY,
                 scope text NOT NULL,

@@ -52,11 +52,22 @@ PIN_TENANT = "SELECT set_config('tulip.tenant', $1, true)"
 
 # A write transaction's first statement: the tenant, and the layout lock held shared
 # (see ``slots``), so a layout change waits for writes in flight and later writes
-# read the layout it left.
+# read the layout it left. Then the layout's version, read after the lock is held (the
+# materialized CTE yields its row first): a sequence is read as it stands, not as of
+# the statement's snapshot, so a version bumped by a change that committed while this
+# statement waited for the lock is seen, and the writer reads the layout again (a
+# sequence's first nextval leaves last_value as it was, hence is_called).
 PIN_SHARED = """
-SELECT set_config('tulip.tenant', $1, true), pg_advisory_xact_lock_shared(hashtext('{t}/layout'))"""
+WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(hashtext('{t}/layout')))
+SELECT set_config('tulip.tenant', $1, true),
+       (SELECT CASE WHEN is_called THEN last_value ELSE 0 END
+        FROM {t}_layout_version) AS layout_version
+FROM l"""
 
 LAYOUT_LOCK = "SELECT pg_advisory_xact_lock(hashtext('{t}/layout'))"
+
+# Every layout change, under LAYOUT_LOCK: writers with an older version re-read it.
+BUMP_LAYOUT = "SELECT nextval('{t}_layout_version')"
 
 _LAYOUT = """
 SELECT read_slot, write_slots FROM {t}_layout

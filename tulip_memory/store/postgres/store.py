@@ -327,9 +327,17 @@ class PgMemory(BaseStore):
 
     # -- the SlotWriter protocol of PgWriter ----------------------------------
 
-    async def layout_in(self, conn: Any, tenant: str) -> Layout:
+    async def layout_in(self, conn: Any, tenant: str, version: int) -> Layout:
+        """The tenant's layout in a write transaction that read layout ``version``
+        after taking the shared lock: the cached one if it is of that version (no
+        change can commit while the lock is held), else read now."""
+        cached = self._layouts.for_write(tenant, version)
+        if cached is not None:
+            return cached
         row = await conn.fetchrow(self._sql["LAYOUT"], tenant)
-        return await self._layouts.note(conn, tenant, Layout.from_row(row))
+        layout = await self._layouts.note(conn, tenant, Layout.from_row(row))
+        self._layouts.note_write(tenant, version, layout)
+        return layout
 
     async def fill_slots(
         self, tenant: str, slots: Sequence[str], texts: list[str], have: SlotVectors
@@ -483,8 +491,8 @@ class PgMemory(BaseStore):
         the caller's (e.g. a ledger row) commit together or not at all."""
         pool = await self._get_pool()
         async with pool.acquire() as conn, conn.transaction():
-            await conn.execute(self._sql["PIN_SHARED"], tenant)
-            yield PgWriter(conn, tenant, self)
+            version = await conn.fetchval(self._sql["PIN_SHARED"], tenant, column=1)
+            yield PgWriter(conn, tenant, self, version)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Any]:
@@ -501,6 +509,7 @@ class PgMemory(BaseStore):
         pool = await self._get_pool()
         async with pool.acquire() as conn, conn.transaction():
             await conn.execute(self._sql["LAYOUT_LOCK"])
+            await conn.execute(self._sql["BUMP_LAYOUT"])
             yield conn
 
     async def slot_embedder(self, slot: str) -> BaseEmbedding | None:

@@ -21,7 +21,7 @@ SlotVectors = Mapping[str, list[Vectors | None]]
 class SlotWriter(Protocol):
     """What a writer needs of its store: the layout, vectors per slot, statements."""
 
-    async def layout_in(self, conn: Any, tenant: str) -> Layout: ...
+    async def layout_in(self, conn: Any, tenant: str, version: int) -> Layout: ...
 
     async def fill_slots(
         self, tenant: str, slots: Sequence[str], texts: list[str], have: SlotVectors
@@ -114,12 +114,14 @@ class PgWriter:
     conn: Any
     tenant: str
     slots: SlotWriter
+    #: The layout version this transaction read under the shared lock.
+    version: int
     _layout: Layout | None = field(default=None, repr=False)
 
     async def layout(self) -> Layout:
-        """The tenant's slots, read once per transaction (under the shared lock)."""
+        """The tenant's slots, as of this transaction (under the shared lock)."""
         if self._layout is None:
-            self._layout = await self.slots.layout_in(self.conn, self.tenant)
+            self._layout = await self.slots.layout_in(self.conn, self.tenant, self.version)
         return self._layout
 
     async def write(self, batch: PreparedBatch, *, source_seq: int | None = None) -> None:
