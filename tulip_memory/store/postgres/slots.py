@@ -12,8 +12,9 @@ which slot recall reads and which slots every write fills:
 - ``--finalize`` drops the old slot from the write set and removes its vectors.
 
 Layout changes take an exclusive advisory lock that every write transaction holds
-shared (:data:`~tulip_memory.store.postgres.sql.PIN_SHARED`), and writers read the
-layout after taking it: no write can commit vectors for a layout older than one a
+shared (:data:`~tulip_memory.store.postgres.sql.PIN_SHARED`), and bump a version
+sequence under it; a writer reads the version after taking the lock and the layout
+whenever the version moved: no write can commit vectors for a layout older than one a
 reindex has already planned against.
 """
 
