@@ -9,9 +9,6 @@ from typing import Any
 
 from tulip_memory.errors import TulipMemoryError
 
-#: Statuses of a job that still holds its scope (one open job per scope).
-OPEN = ("planning", "running", "paused", "cancelled", "switched")
-
 
 class ReindexError(TulipMemoryError):
     """A reindex cannot start, go on or end as asked; the message says why."""
@@ -28,7 +25,7 @@ class ReindexJob:
     ``status``: ``planning`` (slot added, ranges being cut), ``running``, ``paused``
     (a batch failed: ``error`` says why; ``resume`` goes on), ``cancelled``,
     ``switched`` (recall reads the new slot; the old vectors stay until finalize),
-    ``finalized``."""
+    ``finalized``. Every job but a finalized one holds its scope."""
 
     id: int
     scope: str

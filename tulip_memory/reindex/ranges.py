@@ -40,10 +40,6 @@ KINDS = (MEMORIES, TURNS)
 _BY_NAME = {k.name: k for k in KINDS}
 
 
-def rows_sql(kind: str) -> str:
-    return _BY_NAME[kind].rows_sql
-
-
 @dataclass(frozen=True)
 class Range:
     id: int

@@ -21,8 +21,8 @@ from typing import Any
 
 from tulip_memory.embeddings import BaseEmbedding
 from tulip_memory.reindex import sql
-from tulip_memory.reindex.model import OPEN, Progress, ReindexConflict, ReindexError, ReindexJob
-from tulip_memory.reindex.ranges import KINDS, Range, cut, rows_sql
+from tulip_memory.reindex.model import Progress, ReindexConflict, ReindexError, ReindexJob
+from tulip_memory.reindex.ranges import KINDS, Range, cut
 from tulip_memory.store.postgres import PgMemory
 from tulip_memory.store.postgres.slots import ALL_TENANTS, slot_index, slot_name
 from tulip_memory.store.postgres.store import PGVECTOR_ANN_MAX_DIM
@@ -171,7 +171,7 @@ class Reindexer:
         async with self.store.layout_change() as conn:
             open_jobs = [ReindexJob.from_row(r) for r in await conn.fetch(self.q(sql.OPEN_JOBS))]
             _refuse_overlap(scope, open_jobs)
-            layout = await conn.fetchrow(self.q(sql.LAYOUT_OF), scope)
+            layout = await conn.fetchrow(self.store.statement("LAYOUT"), scope)
             current = await conn.fetchval(self.q(sql.SLOT_MODEL), layout["read_slot"])
             if current == embedder.model:
                 where = f"tenant {scope!r}" if scope else "the table"
@@ -195,10 +195,15 @@ class Reindexer:
                 await conn.execute(self.q(sql.DROP_INDEX, i=self._index_of(old)))
         return await self._require(job_id)
 
-    async def _read_slots(self, conn: Any, scope: str) -> list[str]:
-        """The slots recall reads in ``scope`` (all of them for every tenant)."""
+    async def _reads(self, conn: Any, scope: str) -> dict[str, str]:
+        """The slot recall reads, by layout row of ``scope`` (every row for every
+        tenant)."""
         rows = await conn.fetch(self.q(sql.LAYOUTS))
-        return sorted({r["read_slot"] for r in rows if not scope or r["scope"] == scope})
+        return {r["scope"]: r["read_slot"] for r in rows if not scope or r["scope"] == scope}
+
+    async def _read_slots(self, conn: Any, scope: str) -> list[str]:
+        """The slots recall reads in ``scope``."""
+        return sorted(set((await self._reads(conn, scope)).values()))
 
     def _index_of(self, slot: str) -> str:
         schema = self.store.table.rsplit(".", 1)[0]
@@ -331,7 +336,7 @@ class Reindexer:
     async def _rows(self, job: ReindexJob, rng: Range, *, sweep: bool) -> tuple[list[str], Any]:
         async with self.store.transaction(rng.tenant) as tx:
             layout = await tx.layout()
-            stmt = self.q(rows_sql(rng.kind), v=job.slot, o=layout.read)
+            stmt = self.q(rng.kind_spec.rows_sql, v=job.slot, o=layout.read)
             rows = await tx.conn.fetch(stmt, rng.tenant, *rng.bound_args(sweep))
         return [r["text"] for r in rows], rows
 
@@ -406,12 +411,7 @@ class Reindexer:
             locked = ReindexJob.from_row(await conn.fetchrow(self.q(sql.JOB_FOR_UPDATE), job_id))
             if locked.status != "running":
                 return locked
-            layouts = await conn.fetch(self.q(sql.LAYOUTS))
-            previous = {
-                r["scope"]: r["read_slot"]
-                for r in layouts
-                if not job.scope or r["scope"] == job.scope
-            }
+            previous = await self._reads(conn, job.scope)
             if job.scope:
                 await conn.execute(self.q(sql.READ_SLOT_TENANT), job.scope, job.slot)
             else:
@@ -507,7 +507,7 @@ class Reindexer:
 
     async def _open(self, tenant: str | None) -> ReindexJob:
         job = await self.current(tenant)
-        if job is None or job.status not in OPEN:
+        if job is None or job.status == "finalized":
             where = f"tenant {tenant!r}" if tenant else "every tenant"
             raise ReindexError(f"no open reindex job for {where}")
         return job

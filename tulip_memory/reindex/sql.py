@@ -86,11 +86,6 @@ DELETE_SLOT = "DELETE FROM {t}_slots WHERE slot = $1"
 
 LAYOUTS = "SELECT scope, read_slot, write_slots FROM {t}_layout ORDER BY scope"
 
-# The effective layout of a tenant: its own row, else the all-tenants one.
-LAYOUT_OF = """
-SELECT read_slot, write_slots FROM {t}_layout
-WHERE scope = $1 OR scope = '' ORDER BY scope = '' LIMIT 1"""
-
 ADD_WRITE_SLOT_ALL = """
 UPDATE {t}_layout SET write_slots = array_append(write_slots, $1)
 WHERE NOT $1 = ANY (write_slots)"""

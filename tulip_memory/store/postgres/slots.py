@@ -71,16 +71,13 @@ def slot_name(job_id: int) -> str:
     return f"embedding_{job_id}"
 
 
-def index_name(table: str, job_id: int) -> str:
-    """Short enough for Postgres' 63-byte identifiers with a 48-character table name."""
-    return f"{table}_v{job_id}"
-
-
 def slot_index(table: str, slot: str) -> str:
-    """The name of the HNSW index over a slot's column of ``table`` (bare name)."""
+    """The name of the HNSW index over a slot's column of ``table`` (bare name): the
+    original one's from migration 3, else ``<table>_v<job id>``, short enough for
+    Postgres' 63-byte identifiers with a 48-character table name."""
     if slot == ORIGINAL_SLOT:
         return f"{table}_hnsw"
-    return index_name(table, int(slot.rsplit("_", 1)[1]))
+    return f"{table}_v{slot.removeprefix(ORIGINAL_SLOT + '_')}"
 
 
 def read_sql(template: str, slot: str) -> str:

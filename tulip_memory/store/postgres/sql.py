@@ -69,18 +69,17 @@ LAYOUT_LOCK = "SELECT pg_advisory_xact_lock(hashtext('{t}/layout'))"
 # Every layout change, under LAYOUT_LOCK: writers with an older version re-read it.
 BUMP_LAYOUT = "SELECT nextval('{t}_layout_version')"
 
-_LAYOUT = """
+# The tenant's slots (its own layout row, else the all-tenants one); in a write, read
+# after PIN_SHARED in a statement of its own (a statement sees what committed before
+# it started).
+LAYOUT = """
 SELECT read_slot, write_slots FROM {t}_layout
 WHERE scope = $1 OR scope = '' ORDER BY scope = '' LIMIT 1"""
-
-# The tenant's slots, read after PIN_SHARED in a statement of its own (a statement
-# sees what committed before it started).
-LAYOUT = _LAYOUT
 
 # A read transaction's first statement: the tenant, and the slots its recall reads.
 PIN_LAYOUT = f"""
 SELECT set_config('tulip.tenant', $1, true) AS pinned, l.read_slot, l.write_slots
-FROM (SELECT 1) AS one LEFT JOIN LATERAL ({_LAYOUT}) AS l ON true"""
+FROM (SELECT 1) AS one LEFT JOIN LATERAL ({LAYOUT}) AS l ON true"""
 
 SLOTS = "SELECT slot, model, dim, spec, api_base FROM {t}_slots ORDER BY created_at, slot"
 

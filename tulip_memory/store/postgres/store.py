@@ -277,8 +277,7 @@ class PgMemory(BaseStore):
 
     async def _vector(self, slot: str, tenant: str, text: str) -> Vectors | None:
         """The query encoding of ``text`` in ``slot``'s model, through the LRU cache."""
-        info = await self._layouts.info(slot, self._get_pool)
-        embedder = self._layouts.embedder(info)
+        embedder = await self.slot_embedder(slot)
         if embedder is None:
             return None
         key = (tenant, embedder.model, text)
