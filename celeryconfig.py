@@ -14,23 +14,13 @@ from urllib.parse import parse_qs, urlsplit
 
 from kombu import Exchange, Queue
 
+from workers.env import positive_int
 
-def _int_env(name: str, default: int) -> int:
-    raw = os.environ.get(name, str(default))
-    try:
-        value = int(raw)
-    except ValueError as e:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from e
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value
-
-
-EXTRACT_SHARDS = _int_env("TULIP_EXTRACT_SHARDS", 4)
-CHECKPOINT_SHARDS = _int_env("TULIP_CHECKPOINT_SHARDS", 4)
+EXTRACT_SHARDS = positive_int("TULIP_EXTRACT_SHARDS", 4)
+CHECKPOINT_SHARDS = positive_int("TULIP_CHECKPOINT_SHARDS", 4)
 #: Longer than any task may run, so Redis never redelivers a message still in work.
-VISIBILITY_TIMEOUT = _int_env("TULIP_VISIBILITY_TIMEOUT", 2 * 60 * 60)
-TASK_TIME_LIMIT = _int_env("TULIP_TASK_TIME_LIMIT", 30 * 60)
+VISIBILITY_TIMEOUT = positive_int("TULIP_VISIBILITY_TIMEOUT", 2 * 60 * 60)
+TASK_TIME_LIMIT = positive_int("TULIP_TASK_TIME_LIMIT", 30 * 60)
 
 
 def kombu_url(url: str) -> str:

@@ -32,5 +32,16 @@ class TenantIsolationError(TulipMemoryError, PermissionError):
     """A connection or call that would let one tenant reach another's rows."""
 
 
+class ModelCallError(TulipMemoryError):
+    """A model call that failed for good: ``reason``, after ``attempts`` calls (and
+    the HTTP ``status`` of the last, when there was one)."""
+
+    def __init__(self, reason: str, *, attempts: int, status: int | None = None) -> None:
+        self.reason = reason
+        self.attempts = attempts
+        self.status = status
+        super().__init__(f"{reason} (after {attempts} attempt(s))")
+
+
 class EmbeddingError(TulipMemoryError):
     """An embedder failed or returned vectors that cannot be used."""

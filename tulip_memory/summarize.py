@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tulip_memory.errors import TulipMemoryError
+from tulip_memory.errors import ModelCallError, TulipMemoryError
 from tulip_memory.extract.llm import (
     backoff_delay,
     estimate_tokens,
@@ -75,14 +75,8 @@ asked ..."), at most about {words} words in all. Do not answer questions from th
 conversation; only record them."""
 
 
-class SummarizationError(TulipMemoryError):
-    """A model summary that failed for good: ``reason``, after ``attempts`` calls."""
-
-    def __init__(self, reason: str, *, attempts: int, status: int | None = None) -> None:
-        self.reason = reason
-        self.attempts = attempts
-        self.status = status
-        super().__init__(f"{reason} (after {attempts} attempt(s))")
+class SummarizationError(ModelCallError):
+    """A model summary that failed for good."""
 
 
 class SummaryFormatError(TulipMemoryError, ValueError):

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from tulip_memory.errors import TulipMemoryError
+from tulip_memory.errors import ModelCallError
 from tulip_memory.events import EV_MEMORY_EXTRACTOR_COMPLETED, emit
 from tulip_memory.extract.parse import DroppedItem, parse_items, validate_items
 from tulip_memory.extract.prompt import (
@@ -45,14 +45,8 @@ ExistingFn = Callable[[], Awaitable[Sequence[Memory]]]
 _RETRY_STATUSES = frozenset({408, 409, 429})
 
 
-class ExtractionError(TulipMemoryError):
-    """A model extraction that failed for good: ``reason``, after ``attempts`` calls."""
-
-    def __init__(self, reason: str, *, attempts: int, status: int | None = None) -> None:
-        self.reason = reason
-        self.attempts = attempts
-        self.status = status
-        super().__init__(f"{reason} (after {attempts} attempt(s))")
+class ExtractionError(ModelCallError):
+    """A model extraction that failed for good."""
 
 
 @dataclass(frozen=True, kw_only=True)
