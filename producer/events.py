@@ -29,6 +29,7 @@ from tulip_memory.errors import TulipMemoryError
 from tulip_memory.messages import Message
 from tulip_memory.state import AgentState
 from tulip_memory.store.validation import NS_SEP, validate_namespace
+from tulip_memory.times import TIME_FIELD, stated_time
 
 SCHEMA_VERSION = 1
 SESSION_ENDED = "session.ended"
@@ -253,11 +254,15 @@ def _check_session_ended(p: dict[str, Any], event_id: str) -> None:
         raise EventError("payload.messages must be a list", event_id)
     for i, m in enumerate(msgs):
         try:
-            Message.from_dict(m)
+            stated_time(Message.from_dict(m).metadata)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise EventError(f"payload.messages[{i}] is not a message: {e!r}", event_id) from e
     if not isinstance(p.get("metadata", {}), dict):
         raise EventError("payload.metadata must be an object", event_id)
+    try:
+        stated_time(p.get("metadata", {}))
+    except ValueError as e:
+        raise EventError(f"payload.metadata.{TIME_FIELD}: {e}", event_id) from e
 
 
 def _field(raw: dict[str, Any], name: str, kind: Any, event_id: str | None) -> Any:

@@ -82,3 +82,19 @@ class Message:
             name=d.get("name"),
             metadata=dict(d.get("metadata") or {}),
         )
+
+
+#: Metadata fields that may carry a message's own id, the first one set wins.
+MESSAGE_ID_FIELDS = ("id", "message_id")
+
+
+def message_id(message: Message) -> str | None:
+    """The id the application gave ``message`` (``metadata["id"]`` or
+    ``metadata["message_id"]``, a string or an integer), if any."""
+    for name in MESSAGE_ID_FIELDS:
+        value = message.metadata.get(name)
+        if isinstance(value, str) and value:
+            return value[:256]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+    return None

@@ -15,10 +15,12 @@ from typing import Any
 from producer.events import Envelope, decode_messages
 from tulip_memory.manager import Memory, MemoryType
 from tulip_memory.manager.block import strip_memory_blocks
+from tulip_memory.messages import Message
 from tulip_memory.store.postgres.store import TurnsIn
+from tulip_memory.times import stated_time
 from workers.event_worker import APPLIED, DEAD, DUPLICATE, AlreadyApplied, EventWorker
 from workers.extractors import Extractor
-from workers.turns import completed_turns, turn_context
+from workers.turns import Clock, SessionTurns, session_turns, turn_context
 
 __all__ = ["APPLIED", "DEAD", "DUPLICATE", "ExtractionWorker"]
 
@@ -37,11 +39,15 @@ class ExtractionWorker(EventWorker):
         existing = await self._existing(ns)
         memories = await self.extractor(messages, existing)
         items = [_item(ns, m, env, payload["thread_id"]) for m in memories]
-        context = turn_context(ns, payload["thread_id"], env.id, payload.get("metadata", {}))
-        rows = completed_turns(messages, ts=env.ts, context=context)
+        thread = payload["thread_id"]
+        session = await self._turns(env, ns, thread, messages, payload.get("metadata", {}))
         batch, turns = await self.store.prepare_event(
-            items, TurnsIn(ns, payload["thread_id"], env.id, rows)
+            items, TurnsIn(ns, thread, env.id, session.rows)
         )
+        completion = None
+        if session.completion is not None and session.completes is not None:
+            done = TurnsIn(ns, thread, session.completes.event_id, [session.completion])
+            _, completion = await self.store.prepare_event([], done)
         try:
             async with self.store.transaction(ns[0]) as tx:
                 claimed = await self.ledger.claim(
@@ -59,11 +65,30 @@ class ExtractionWorker(EventWorker):
                     await tx.write(batch, source_seq=env.seq)
                 if turns is not None:
                     await tx.write_turns(turns, source_seq=env.seq)
+                if completion is not None and session.completes is not None:
+                    seq = session.completes.source_seq
+                    await tx.write_turns(completion, source_seq=seq, replace=True)
                 for kind in {m.type.value for m in memories}:
                     await tx.prune((*ns, kind), self.max_memories)
         except AlreadyApplied:
             return DUPLICATE
         return APPLIED
+
+    async def _turns(
+        self,
+        env: Envelope,
+        ns: tuple[str, ...],
+        thread: str,
+        messages: list[Message],
+        metadata: dict[str, Any],
+    ) -> SessionTurns:
+        """The session's turns, and the thread's open turn its first reply completes."""
+        clock = Clock(stated_time(metadata), env.ts)
+        context = turn_context(ns, thread, env.id, metadata)
+        last = None
+        if messages and env.seq is not None:
+            last = await self.store.last_turn(ns, thread, env.seq)
+        return session_turns(messages, clock=clock, context=context, open_turn=last)
 
     async def _existing(self, ns: tuple[str, ...]) -> list[Memory]:
         found = await self.store.search_many([(*ns, t) for t in TYPES], None, self.max_memories)

@@ -208,7 +208,7 @@ async def test_completed_turns_are_indexed_with_the_event_once(
     assert await worker.handle(encode(env), env.id) == APPLIED
     assert await worker.handle(encode(env), env.id) == DUPLICATE
     hits = await reader.recall_turns(ns, "capital city of Peru", top_k=10)
-    assert len(hits) == 3  # the unanswered "thanks, bye" is not a completed turn
+    assert len(hits) == 4  # the unanswered "thanks, bye" too, a turn of its own
     top = hits[0]
     assert top.turn["content"][0]["text"] == "What is the capital of Peru?"
     assert top.turn["reply"]["content"][0]["text"] == "Lima is the capital of Peru."
@@ -220,6 +220,8 @@ async def test_completed_turns_are_indexed_with_the_event_once(
         "agent_id": "helpdesk",
     }
     assert top.turn_index == 1 and top.score > hits[1].score
+    tail = next(h for h in hits if h.text == "thanks, bye")
+    assert "reply" not in tail.turn and tail.turn_index == 3
     assert await reader.recall_turns(ns, "router", top_k=10, threshold=0.99) == []
 
 

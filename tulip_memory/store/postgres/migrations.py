@@ -156,6 +156,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        8,
+        "a thread's latest turn, found by sequence",
+        (
+            """CREATE INDEX {p}_turns_thread
+                ON {t}_turns (tenant, ns, thread_id, source_seq DESC, position DESC)""",
+        ),
+    ),
 )
 
 

@@ -109,20 +109,30 @@ ON CONFLICT (tenant, ns, key) DO UPDATE SET
     version = m.version + 1{guard}"""
 
 
-def insert_turns_sql(table: str, slots: Sequence[str]) -> str:
+def insert_turns_sql(table: str, slots: Sequence[str], *, replace: bool = False) -> str:
     """A session's turns into ``<table>_turns``, once per event, filling ``slots``:
-    ``$1``–``$5`` tenant, namespace, thread, event, source sequence; ``$6``–``$9``
-    the turns' positions, texts, turns and metadata; then one ``vector[]`` per slot."""
-    arrays, names, _ = _vector_parts(slots, 10)
+    ``$1``–``$5`` tenant, namespace, thread, event, source sequence; ``$6``–``$10``
+    the turns' positions, texts, turns, metadata and times (epoch seconds, NULL: now);
+    then one ``vector[]`` per slot. ``replace``: a row of the same event and position
+    that has no reply yet takes the new text, turn, metadata and vectors."""
+    arrays, names, sets = _vector_parts(slots, 11)
     cols = "".join(f", {s}" for s in slots)
     vals = "".join(f", u.{n}" for n in names)
+    conflict = "DO NOTHING"
+    if replace:
+        conflict = f"""(tenant, ns, event_id, position) DO UPDATE SET
+    text = EXCLUDED.text,
+    turn = EXCLUDED.turn,{sets}
+    metadata = EXCLUDED.metadata
+WHERE NOT t.turn ? 'reply'"""
     return f"""
-INSERT INTO {table}_turns (tenant, ns, thread_id, event_id, position, text, turn, metadata,
-                           source_seq{cols})
-SELECT $1, $2, $3, $4, u.position, u.text, u.turn::jsonb, u.metadata::jsonb, $5{vals}
-FROM unnest($6::int[], $7::text[], $8::text[], $9::text[]{arrays})
-     AS u(position, text, turn, metadata{"".join(f", {n}" for n in names)})
-ON CONFLICT DO NOTHING"""
+INSERT INTO {table}_turns AS t (tenant, ns, thread_id, event_id, position, text, turn, metadata,
+                                source_seq, created_at{cols})
+SELECT $1, $2, $3, $4, u.position, u.text, u.turn::jsonb, u.metadata::jsonb, $5,
+       coalesce(to_timestamp(u.at), clock_timestamp()){vals}
+FROM unnest($6::int[], $7::text[], $8::text[], $9::text[], $10::float8[]{arrays})
+     AS u(position, text, turn, metadata, at{"".join(f", {n}" for n in names)})
+ON CONFLICT {conflict}"""
 
 
 def _vector_parts(slots: Sequence[str], first: int) -> tuple[str, list[str], str]:

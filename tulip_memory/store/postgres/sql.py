@@ -274,6 +274,16 @@ SEARCH_TURNS = f"""
 WITH {_PROBE}
 SELECT h.* FROM ({_SEARCH_TURNS}) h ORDER BY h._pos"""
 
+# The latest turn a thread had before event sequence $4 (the one a reply arriving in
+# a later session may complete), through the ``{p}_turns_thread`` index.
+LAST_TURN = """
+SELECT event_id, position, text, turn, metadata, source_seq,
+       extract(epoch FROM created_at)::float8 AS at
+FROM {t}_turns
+WHERE tenant = $1 AND ns = $2 AND thread_id = $3 AND source_seq < $4
+ORDER BY source_seq DESC, position DESC
+LIMIT 1"""
+
 SEARCH_BY_EMBEDDING = f"""
 SELECT {COLS}, ({{v}} <=> $3) AS distance FROM {{t}}
 WHERE tenant = $1 AND ns = $2 AND {{v}} IS NOT NULL

@@ -354,8 +354,8 @@ class PgMemory(BaseStore):
     def upsert_sql(self, slot_names: Sequence[str], *, fenced: bool) -> str:
         return _upsert_sql(self._qualified, tuple(slot_names), fenced)
 
-    def insert_turns_sql(self, slot_names: Sequence[str]) -> str:
-        return _insert_turns_sql(self._qualified, tuple(slot_names))
+    def insert_turns_sql(self, slot_names: Sequence[str], *, replace: bool = False) -> str:
+        return _insert_turns_sql(self._qualified, tuple(slot_names), replace)
 
     def statement(self, name: str) -> str:
         return self._sql[name]
@@ -483,6 +483,24 @@ class PgMemory(BaseStore):
             )
             for r in rows
         ]
+
+    async def last_turn(
+        self, namespace: tuple[str, ...], thread_id: str, before_seq: int
+    ) -> StoredTurn | None:
+        """The latest turn of ``thread_id`` that an event older than ``before_seq`` wrote."""
+        ns = validate_namespace(namespace)
+        row = await self._fetchrow(ns[0], "LAST_TURN", NS_SEP.join(ns), thread_id, before_seq)
+        if row is None:
+            return None
+        return StoredTurn(
+            event_id=row["event_id"],
+            position=row["position"],
+            text=row["text"],
+            turn=json.loads(row["turn"]),
+            metadata=json.loads(row["metadata"]),
+            source_seq=row["source_seq"],
+            at=row["at"],
+        )
 
     @asynccontextmanager
     async def transaction(self, tenant: str) -> AsyncIterator[PgWriter]:
@@ -711,6 +729,19 @@ class TurnsIn:
     rows: list[TurnRow]
 
 
+@dataclass(frozen=True, kw_only=True)
+class StoredTurn:
+    """A turn as stored: where it is (event, position), what it says, when it was."""
+
+    event_id: str
+    position: int
+    text: str
+    turn: dict[str, Any]
+    metadata: dict[str, Any]
+    source_seq: int
+    at: float
+
+
 @dataclass(frozen=True)
 class TurnMatch:
     score: float
@@ -732,8 +763,8 @@ def _upsert_sql(table: str, slot_names: tuple[str, ...], fenced: bool) -> str:
 
 
 @lru_cache(maxsize=64)
-def _insert_turns_sql(table: str, slot_names: tuple[str, ...]) -> str:
-    return slots.insert_turns_sql(table, slot_names)
+def _insert_turns_sql(table: str, slot_names: tuple[str, ...], replace: bool) -> str:
+    return slots.insert_turns_sql(table, slot_names, replace=replace)
 
 
 def _checked_width(q: Vectors, layout: Layout, layouts: Layouts) -> Vectors:

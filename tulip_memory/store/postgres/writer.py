@@ -29,7 +29,7 @@ class SlotWriter(Protocol):
 
     def upsert_sql(self, slots: Sequence[str], *, fenced: bool) -> str: ...
 
-    def insert_turns_sql(self, slots: Sequence[str]) -> str: ...
+    def insert_turns_sql(self, slots: Sequence[str], *, replace: bool = False) -> str: ...
 
     def statement(self, name: str) -> str: ...
 
@@ -65,12 +65,14 @@ class PreparedBatch:
 
 @dataclass(frozen=True)
 class TurnRow:
-    """One completed turn: the text embedded, the structured turn, its metadata."""
+    """One turn: the text embedded, the structured turn, its metadata, and its time
+    (epoch seconds, the caller's; ``None``: the time of the write)."""
 
     position: int
     text: str
     turn: dict[str, Any]
     metadata: dict[str, Any]
+    at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class PreparedTurns:
             [r.text for r in self.rows],
             [encode_json(r.turn, "turn") for r in self.rows],
             [encode_json(r.metadata, "turn metadata") for r in self.rows],
+            [r.at for r in self.rows],
         )
 
 
@@ -137,8 +140,12 @@ class PgWriter:
         seq = (source_seq,) if fenced else ()
         await self.conn.execute(statement, *batch.args(), *seq, *vector_args(vectors))
 
-    async def write_turns(self, turns: PreparedTurns, *, source_seq: int | None = None) -> None:
-        """Insert a session's turns; a second write of the same event adds nothing."""
+    async def write_turns(
+        self, turns: PreparedTurns, *, source_seq: int | None = None, replace: bool = False
+    ) -> None:
+        """Insert a session's turns; a second write of the same event adds nothing.
+        ``replace``: the rows complete turns already stored (same event and position)
+        that have no reply yet; a turn that has one is left as it is."""
         if turns.tenant != self.tenant:
             raise ValueError(
                 f"turns of tenant {turns.tenant!r} in a transaction of {self.tenant!r}"
@@ -147,7 +154,7 @@ class PgWriter:
             return
         layout = await self.layout()
         vectors = await self.slots.fill_slots(self.tenant, layout.write, turns.texts, turns.vectors)
-        statement = self.slots.insert_turns_sql(layout.write)
+        statement = self.slots.insert_turns_sql(layout.write, replace=replace)
         await self.conn.execute(statement, *turns.args(source_seq), *vector_args(vectors))
 
     async def prune(self, namespace: tuple[str, ...], keep: int) -> int:
