@@ -48,12 +48,14 @@ def tenant() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(params=["memory", "postgres", "holographic"])
+@pytest.fixture(params=["memory", "memory-ranked", "postgres", "holographic"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[BaseStore]:
     """A fresh store of each backend; the same assertions run against every one."""
     backend: BaseStore
     if request.param == "memory":
         backend = InMemoryStore()
+    elif request.param == "memory-ranked":
+        backend = InMemoryStore(search_mode="ranked")
     elif request.param == "holographic":
         backend = HolographicStore(str(request.getfixturevalue("tmp_path") / "store.db"))
     else:

@@ -168,7 +168,7 @@ def test_apply_emits_the_same_events(events: EventLog) -> None:
 
 def test_recent_messages_never_start_with_results_of_a_summarized_call() -> None:
     history = [user("u0"), bot("a0"), user(TASK), call("c1", "c2"), result("c1"), result("c2")]
-    kept = SummarizingManager(threshold=4, keep_recent=2).apply(history)
+    kept = SummarizingManager(threshold=4, keep_recent=2, strategy="turns").apply(history)
     # keep_recent=2 would start at result c1: the call and its results stay together.
     assert texts(kept[1:]) == ["call:c1,c2", "result:c1", "result:c2"]
     assert kept[0].content.startswith(HEADER.format(3)) and orphans(kept) == []
@@ -177,7 +177,7 @@ def test_recent_messages_never_start_with_results_of_a_summarized_call() -> None
 def test_every_leading_system_message_is_kept_before_the_summary() -> None:
     memory = system("<memory>Flies from Lisbon.</memory>")
     history = [system(), memory, *chat(8)]
-    kept = SummarizingManager(threshold=6, keep_recent=2).apply(history)
+    kept = SummarizingManager(threshold=6, keep_recent=2, strategy="turns").apply(history)
     assert kept[:2] == history[:2] and is_summary(kept[2]) and kept[3:] == history[-2:]
 
 
@@ -190,7 +190,10 @@ def test_a_mid_run_system_note_is_history_not_a_new_system_prompt() -> None:
         seen.append(messages)
         return "s"
 
-    kept = SummarizingManager(threshold=8, keep_recent=3, summarize_fn=summarize).apply(history)
+    manager = SummarizingManager(
+        threshold=8, keep_recent=3, summarize_fn=summarize, strategy="turns"
+    )
+    kept = manager.apply(history)
     assert kept[0] is history[0] and note in seen[0] and note not in kept
 
 
@@ -202,7 +205,9 @@ def test_without_preserve_system_system_messages_count_and_are_summarized() -> N
 
 async def test_a_saved_summary_is_folded_into_the_next_one() -> None:
     recorder = Recorder("first")
-    manager = SummarizingManager(threshold=6, keep_recent=2, summarize_fn=recorder)
+    manager = SummarizingManager(
+        threshold=6, keep_recent=2, summarize_fn=recorder, strategy="turns"
+    )
     first = await manager.async_apply([system(), *chat(8)])
     assert first[1].content == HEADER.format(6) + "first"
 
@@ -216,8 +221,30 @@ async def test_a_saved_summary_is_folded_into_the_next_one() -> None:
 
 
 def test_the_offline_summary_builds_on_a_saved_summary() -> None:
-    manager = SummarizingManager(threshold=6, keep_recent=2)
+    manager = SummarizingManager(threshold=6, keep_recent=2, strategy="turns")
     first = manager.apply([system(), user("My budget is 200 EUR."), *chat(7)])
     second = manager.apply([*first, *chat(12)[8:]])
     assert "My budget is 200 EUR." in second[1].content
     assert second[1].content.startswith(HEADER.format(10))
+
+
+def test_seed_strategy_puts_the_last_system_message_first_and_drops_the_others() -> None:
+    """The seed's quoted loop: one system message survives, the last one, at any length."""
+    first, note = system(), system("Note: the user is now on mobile.")
+    short = [first, *chat(2), note, *chat(4)[2:]]
+    assert SummarizingManager(threshold=6, keep_recent=2).apply(short) == [note, *chat(4)]
+    history = [first, *chat(4), note, *chat(6)[4:]]
+    kept = SummarizingManager(threshold=4, keep_recent=2).apply(history)
+    assert kept[0] is note and kept[1].content.startswith(HEADER.format(4))
+    assert kept[2:] == history[-2:] and first not in kept
+
+
+def test_seed_strategy_cuts_exactly_keep_recent_messages() -> None:
+    history = [user("u0"), bot("a0"), user(TASK), call("c1", "c2"), result("c1"), result("c2")]
+    kept = SummarizingManager(threshold=4, keep_recent=2).apply(history)
+    assert kept[0].content.startswith(HEADER.format(4)) and kept[1:] == history[-2:]
+
+
+def test_an_unknown_strategy_is_refused() -> None:
+    with pytest.raises(ConversationConfigError, match="strategy"):
+        SummarizingManager(strategy="lossy")  # type: ignore[arg-type]

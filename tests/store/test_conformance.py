@@ -10,6 +10,7 @@ import pytest
 
 from tulip_memory.store import (
     BaseStore,
+    InMemoryStore,
     NamespacedStore,
     StoreCapabilityError,
     StoreContext,
@@ -100,6 +101,8 @@ async def test_search_without_query_is_most_recent_first(store: BaseStore, tenan
 
 
 async def test_search_ranks_by_relevance_and_is_complete(store: BaseStore, tenant: str) -> None:
+    if isinstance(store, InMemoryStore) and store.search_mode == "substring":
+        pytest.skip("the seed's substring match filters (tests/seeds/test_store.py)")
     ns = (tenant, "facts")
     await store.put(ns, "color", "favourite colour is green")
     await store.put(ns, "city", "lives in Lisbon near the river")

@@ -2,7 +2,14 @@
 
 Values are kept as their JSON text, so what comes back is what a durable backend
 would return (tuples become lists) and a caller mutating a returned value cannot
-change the store. Ranking is the same exact cosine as ``PgMemory``.
+change the store.
+
+``search(namespace, query)`` is the seed's substring match: only items whose text (a
+string value, or the string leaves of a structured one) contains ``query``, compared
+case-insensitively; the matches are ordered by the same exact cosine as ``PgMemory``
+(then most recent first). ``InMemoryStore(search_mode="ranked")`` instead returns
+every item of the namespace ranked against the query, as ``PgMemory`` does; without a
+query both list the most recent first.
 """
 
 from __future__ import annotations
@@ -12,11 +19,11 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from tulip_memory.embeddings import BaseEmbedding, HRREncoder
+from tulip_memory.embeddings import BaseEmbedding, EmbedderLike, HRREncoder, as_embedder
 from tulip_memory.embeddings.base import Vectors
 from tulip_memory.store.base import BaseStore, BatchItem
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
@@ -42,13 +49,28 @@ class _Row:
     value_json: str
     metadata_json: str
     vector: Vectors | None
+    text: str  # casefolded, for the substring match
+
+
+SearchMode = Literal["substring", "ranked"]
 
 
 class InMemoryStore(BaseStore):
     """In-memory store: fast, not persistent; for tests and development."""
 
-    def __init__(self, *, embedder: BaseEmbedding | None = None, dim: int = 512) -> None:
-        self._encoder: BaseEmbedding = embedder if embedder is not None else HRREncoder(dim)
+    def __init__(
+        self,
+        *,
+        embedder: EmbedderLike | None = None,
+        dim: int = 512,
+        search_mode: SearchMode = "substring",
+    ) -> None:
+        if search_mode not in ("substring", "ranked"):
+            raise ValueError(f"search_mode must be 'substring' or 'ranked', got {search_mode!r}")
+        self._encoder: BaseEmbedding = (
+            as_embedder(embedder) if embedder is not None else HRREncoder(dim)
+        )
+        self.search_mode: SearchMode = search_mode
         self._rows: dict[tuple[tuple[str, ...], str], _Row] = {}
         self._lock = threading.Lock()
         self._last_ts = datetime.min.replace(tzinfo=UTC)
@@ -109,7 +131,8 @@ class InMemoryStore(BaseStore):
                     updated_at=now,
                     version=old.item.version + 1 if old else 1,
                 )
-                self._rows[(ns, key)] = _Row(item, write.value_json, write.metadata_json, vec)
+                text = write.content.casefold()
+                self._rows[(ns, key)] = _Row(item, write.value_json, write.metadata_json, vec, text)
 
     def _tick(self) -> datetime:
         # Strictly increasing timestamps, so recency order is total within a process.
@@ -180,7 +203,11 @@ class InMemoryStore(BaseStore):
             return []
         tenant_of(nss, "search_many")
         qvec = vector_or_none((await self._encoder.aembed([query]))[0]) if query else None
-        return [[_materialize(r) for r, _ in self._ranked(ns, qvec, limit)] for ns in nss]
+        needle = query.casefold() if query and self.search_mode == "substring" else None
+        return [
+            [_materialize(r) for r, _ in self._ranked(ns, qvec, limit, containing=needle)]
+            for ns in nss
+        ]
 
     async def search_by_embedding(
         self,
@@ -211,11 +238,15 @@ class InMemoryStore(BaseStore):
         metadata_filter: dict[str, Any] | None = None,
         *,
         vectors_only: bool = False,
+        containing: str | None = None,
     ) -> list[tuple[_Row, float]]:
-        """Rows of ``ns``: by cosine distance to ``qvec`` (rows without a vector last),
-        then most recent first, then key."""
+        """Rows of ``ns`` (whose text contains ``containing``, if given): by cosine
+        distance to ``qvec`` (rows without a vector last), then most recent first,
+        then key."""
         with self._lock:
             rows = [r for (n, _), r in self._rows.items() if n == ns]
+        if containing is not None:
+            rows = [r for r in rows if containing in r.text]
         if metadata_filter:
             rows = [r for r in rows if json_contains(json.loads(r.metadata_json), metadata_filter)]
         if vectors_only:

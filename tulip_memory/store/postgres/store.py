@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from tulip_memory.embeddings import BaseEmbedding, EmbeddingCache, HashingEmbedder, HRREncoder
+from tulip_memory.embeddings.adapter import EmbedderLike, as_embedder
 from tulip_memory.embeddings.base import Vectors
 from tulip_memory.embeddings.factory import spec_of
 from tulip_memory.errors import TenantIsolationError
@@ -116,7 +117,7 @@ class PgMemory(BaseStore):
         *,
         table: str = "tulip_memories",
         dim: int = _DEFAULT_PG_DIM,
-        embedder: BaseEmbedding | None = None,
+        embedder: EmbedderLike | None = None,
         encoding_cache: int = _DEFAULT_ENCODING_CACHE,
         schema: str = "public",
         pool_size: int = 10,
@@ -153,6 +154,8 @@ class PgMemory(BaseStore):
         self._schema = _validate_ident(schema, "schema")
         self._qualified = f"{self._schema}.{self._table}"
         self._dim = dim
+        # Any embedder with `dimension` and `embed` (the seed's contract), adapted once.
+        embedder = as_embedder(embedder) if embedder is not None else None
         self._embedder = embedder
         self._vdim = embedder.dimension if embedder is not None else 2 * dim
         if embedder is None and self._vdim > PGVECTOR_ANN_MAX_DIM:
@@ -267,9 +270,13 @@ class PgMemory(BaseStore):
             raise TenantIsolationError(
                 "PgMemory is connected as a role that bypasses row-level security "
                 "(superuser or BYPASSRLS), so tenant isolation would not hold at the "
-                "database. Connect as an application role (see "
-                "tulip_memory.store.postgres.provision_app_role), or pass "
-                "allow_rls_bypass=True for an admin tool that must see every tenant."
+                "database. Create the application role once, with this DSN as the "
+                "administrator:\n\n"
+                "    TULIP_DATABASE_ADMIN_URL='<this DSN>' tulip-memory provision "
+                "--role tulip_app\n\n"
+                "then connect as tulip_app (same host and database; set its password "
+                "with TULIP_APP_PASSWORD at provisioning). An admin tool that must see "
+                "every tenant passes allow_rls_bypass=True."
             )
 
     async def _pin(self, conn: Any, tenant: str) -> None:
