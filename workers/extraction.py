@@ -8,16 +8,16 @@ and an older event never overwrites what a newer one wrote.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from producer.events import Envelope, decode_messages
 from tulip_memory.manager import Memory, MemoryType
 from tulip_memory.manager.block import strip_memory_blocks
-from tulip_memory.messages import Message
+from tulip_memory.messages import Message, message_id
 from tulip_memory.store.postgres.store import TurnsIn
-from tulip_memory.times import stated_time
+from tulip_memory.times import TIME_FIELD, iso, parse_time, stated_time
 from workers.event_worker import APPLIED, DEAD, DUPLICATE, AlreadyApplied, EventWorker
 from workers.extractors import Extractor
 from workers.turns import Clock, SessionTurns, session_turns, turn_context
@@ -34,13 +34,14 @@ class ExtractionWorker(EventWorker):
 
     async def _apply(self, env: Envelope, attempt: int) -> str:
         payload = await self._payload(env)
-        ns = tuple(payload["namespace"])
+        ns, thread = tuple(payload["namespace"]), payload["thread_id"]
+        metadata = payload.get("metadata", {})
+        clock = Clock(stated_time(metadata), env.ts)
         messages = strip_memory_blocks(decode_messages(payload))
-        existing = await self._existing(ns)
-        memories = await self.extractor(messages, existing)
-        items = [_item(ns, m, env, payload["thread_id"]) for m in memories]
-        thread = payload["thread_id"]
-        session = await self._turns(env, ns, thread, messages, payload.get("metadata", {}))
+        said = stamped(messages, clock)
+        memories = await self.extractor(said, await self._existing(ns))
+        items = [memory_item(ns, m, env, thread, said) for m in memories]
+        session = await self._turns(env, ns, thread, messages, clock, metadata)
         batch, turns = await self.store.prepare_event(
             items, TurnsIn(ns, thread, env.id, session.rows)
         )
@@ -80,10 +81,10 @@ class ExtractionWorker(EventWorker):
         ns: tuple[str, ...],
         thread: str,
         messages: list[Message],
+        clock: Clock,
         metadata: dict[str, Any],
     ) -> SessionTurns:
         """The session's turns, and the thread's open turn its first reply completes."""
-        clock = Clock(stated_time(metadata), env.ts)
         context = turn_context(ns, thread, env.id, metadata)
         last = None
         if messages and env.seq is not None:
@@ -102,15 +103,46 @@ class ExtractionWorker(EventWorker):
         return out
 
 
-def _item(
-    ns: tuple[str, ...], memory: Memory, env: Envelope, thread_id: str
+def stamped(messages: Sequence[Message], clock: Clock) -> list[Message]:
+    """The messages an extractor reads: each with its time in ``metadata["timestamp"]``
+    (epoch seconds, by :mod:`tulip_memory.times`' rule)."""
+    return [replace(m, metadata={**m.metadata, TIME_FIELD: clock.of(m)}) for m in messages]
+
+
+def memory_item(
+    ns: tuple[str, ...], memory: Memory, env: Envelope, thread_id: str, said: Sequence[Message]
 ) -> tuple[tuple[str, ...], str, Any, dict[str, Any] | None]:
+    """The store write of one memory, with where and when it was said.
+
+    ``source_ids``: the ids the extractor named that are ids of this session's
+    messages (anything else a model returns is dropped); ``observed_at``: the latest
+    time of those messages, else the time the extractor read off its message, else the
+    session's last message's (the publish time for a session without messages).
+    """
+    times = {i: m.metadata[TIME_FIELD] for m in said if (i := message_id(m)) is not None}
+    named = memory.metadata.get("source_ids")
+    sources = [i for i in dict.fromkeys(named) if i in times] if isinstance(named, list) else []
+    observed = _observed(memory, [times[i] for i in sources], said, env.ts)
     value = memory.to_store_value()
     value["metadata"] = {
         **value["metadata"],
-        "updated_at": datetime.fromtimestamp(env.ts, UTC).isoformat(),
+        "observed_at": iso(observed),
+        "source_ids": sources,
+        "updated_at": iso(env.ts),
         "source_event": env.id,
         "source_seq": env.seq,
         "thread_id": thread_id,
     }
-    return (*ns, memory.type.value), memory.key, value, None
+    indexed = {"observed_at": observed, "source_ids": sources}
+    return (*ns, memory.type.value), memory.key, value, indexed
+
+
+def _observed(
+    memory: Memory, source_times: list[float], said: Sequence[Message], ts: float
+) -> float:
+    if source_times:
+        return max(source_times)
+    try:
+        return parse_time(memory.metadata["observed_at"])
+    except (KeyError, ValueError):
+        return float(said[-1].metadata[TIME_FIELD]) if said else ts

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from tulip_memory.manager.memory import Memory, MemoryType
-from tulip_memory.messages import Message, Role
+from tulip_memory.messages import Message, Role, message_id
+from tulip_memory.times import TIME_FIELD
 
 _I = re.IGNORECASE
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -71,9 +73,20 @@ def heuristic_extract(messages: Sequence[Message]) -> list[Memory]:
         for sentence in _sentences(message.content):
             memory = extract_sentence(sentence)
             if memory is not None:
+                memory = _sourced(memory, message)
                 found.pop((memory.type, memory.key), None)
                 found[(memory.type, memory.key)] = memory
     return list(found.values())
+
+
+def _sourced(memory: Memory, message: Message) -> Memory:
+    """``memory`` with the id and time of the message that stated it, when known."""
+    extra: dict[str, object] = {}
+    if (mid := message_id(message)) is not None:
+        extra["source_ids"] = [mid]
+    if (when := message.metadata.get(TIME_FIELD)) is not None:
+        extra["observed_at"] = when
+    return replace(memory, metadata={**memory.metadata, **extra})
 
 
 def extract_sentence(sentence: str) -> Memory | None:

@@ -19,6 +19,7 @@ from tulip_memory.manager.memory import Memory, MemoryType
 
 MAX_KEY_CHARS = 120
 MAX_CONTENT_CHARS = 2_000
+MAX_SOURCES = 32
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
 _KEY_JUNK = re.compile(r"[^a-z0-9_]+")
 _DECODER = json.JSONDecoder()
@@ -121,6 +122,10 @@ def _metadata(item: Mapping[str, Any]) -> dict[str, Any]:
         and math.isfinite(confidence)
     ):
         out["confidence"] = min(1.0, max(0.0, float(confidence)))
+    sources = item.get("sources")
+    if isinstance(sources, list):
+        ids = [i for i in sources if isinstance(i, str) and 0 < len(i) <= 256]
+        out["source_ids"] = ids[:MAX_SOURCES]  # the worker keeps the session's own only
     return out
 
 

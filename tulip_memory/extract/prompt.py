@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from tulip_memory.manager.memory import Memory, MemoryType
-from tulip_memory.messages import Message, Role
+from tulip_memory.messages import Message, Role, message_id
+from tulip_memory.times import stated_time
 
 TokenCounter = Callable[[str], int]
 
@@ -38,11 +40,15 @@ and key; never add a second memory for a fact that already has a key.
 - content is one self-contained sentence in the third person.
 - why says what in the conversation shows it; how_to_apply says how to use it later; \
 confidence is between 0 and 1.
+- Messages are labelled with their id and time when known: sources lists the ids of \
+the messages a memory comes from. Write dates as calendar dates resolved against the \
+message's time ("yesterday" in a message of Mon 8 May 2023 is 7 May 2023), never as \
+"yesterday" or "next week".
 
 Answer with JSON only, no prose: {{"memories": [{{"type": one of \
 {", ".join(t.value for t in MemoryType)}, "key": "...", "content": "...", "why": "...", \
-"how_to_apply": "...", "confidence": 0.0}}]}}. If nothing is worth remembering, \
-answer {{"memories": []}}."""
+"how_to_apply": "...", "confidence": 0.0, "sources": ["<message id>"]}}]}}. If nothing \
+is worth remembering, answer {{"memories": []}}."""
 
 
 def memory_schema() -> dict[str, Any]:
@@ -56,8 +62,9 @@ def memory_schema() -> dict[str, Any]:
             "why": {"type": "string"},
             "how_to_apply": {"type": "string"},
             "confidence": {"type": "number"},
+            "sources": {"type": "array", "items": {"type": "string"}},
         },
-        "required": ["type", "key", "content", "why", "how_to_apply", "confidence"],
+        "required": ["type", "key", "content", "why", "how_to_apply", "confidence", "sources"],
         "additionalProperties": False,
     }
     return {
@@ -88,7 +95,8 @@ def build_prompt(transcript: Sequence[str], existing: Sequence[Memory]) -> list[
 
 
 def render_transcript(messages: Sequence[Message]) -> list[str]:
-    """One line per user, assistant or tool message with text; system messages left out."""
+    """One line per user, assistant or tool message with text; system messages left out.
+    A message with an id or a time (``metadata``) is labelled with them."""
     lines: list[str] = []
     for message in messages:
         text = message.content.strip()
@@ -96,10 +104,24 @@ def render_transcript(messages: Sequence[Message]) -> list[str]:
             continue
         if message.role == Role.TOOL:
             name = f" {message.name}" if message.name else ""
-            lines.append(f"Tool result{name}: {text[:MAX_TOOL_CHARS]}")
+            lines.append(f"Tool result{name}{label(message)}: {text[:MAX_TOOL_CHARS]}")
         else:
-            lines.append(f"{message.role.value.capitalize()}: {text}")
+            lines.append(f"{message.role.value.capitalize()}{label(message)}: {text}")
     return lines
+
+
+def label(message: Message) -> str:
+    """`` (id m3, Mon 8 May 2023 13:56 UTC)``: what is known of a message's id and time."""
+    parts = []
+    if (mid := message_id(message)) is not None:
+        parts.append(f"id {mid}")
+    try:
+        when = stated_time(message.metadata)
+    except ValueError:
+        when = None
+    if when is not None:
+        parts.append(datetime.fromtimestamp(when, UTC).strftime("%a %-d %b %Y %H:%M UTC"))
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def trim_transcript(lines: Sequence[str], budget: int, count: TokenCounter) -> list[str]:

@@ -164,6 +164,22 @@ MIGRATIONS: tuple[Migration, ...] = (
                 ON {t}_turns (tenant, ns, thread_id, source_seq DESC, position DESC)""",
         ),
     ),
+    Migration(
+        9,
+        "when and from which messages a memory was observed",
+        (
+            # From the row's metadata (the extraction worker writes epoch seconds and
+            # message ids there); a value that is not a time in range stays NULL, so
+            # no write can fail on it.
+            """ALTER TABLE {t} ADD COLUMN observed_at timestamptz GENERATED ALWAYS AS (
+                CASE WHEN jsonb_typeof(metadata -> 'observed_at') = 'number'
+                      AND (metadata ->> 'observed_at')::numeric BETWEEN 0 AND 32503680000
+                THEN to_timestamp((metadata ->> 'observed_at')::float8) END) STORED""",
+            "CREATE INDEX {p}_observed ON {t} (tenant, ns, observed_at DESC)",
+            """CREATE INDEX {p}_sources ON {t}
+                USING gin ((metadata -> 'source_ids') jsonb_path_ops)""",
+        ),
+    ),
 )
 
 
