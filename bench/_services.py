@@ -23,8 +23,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TypeVar
 
-from tulip_memory.dev.embedded import EmbeddedPostgres, EmbeddedRedis, run_async
 from tulip_memory.store.postgres import provision_app_role
+from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis, run_async
 
 ROOT = Path(__file__).resolve().parents[1]
 APP_ROLE = "tulip_bench"

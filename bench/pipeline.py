@@ -12,7 +12,7 @@ one run:
    with N shard workers (``--shards``, default 2 and 4), next to the ideal N/L. Events
    go round-robin over namespaces picked so every shard gets the same share. The same
    runs with L = 0 show what the pipeline costs apart from the model.
-3. A no-op Celery task with the workers' settings (``celeryconfig``: acks_late,
+3. A no-op Celery task with the workers' settings (``tulip_wire.celeryconfig``: acks_late,
    prefetch 1, task events) on solo workers and the same broker: the Celery/broker
    floor. Queues are filled behind a gate task first, so publishing is not timed.
 
@@ -58,14 +58,14 @@ from bench._services import (
     open_services,
     progress,
 )
-from celeryconfig import kombu_url
-from producer import Producer
-from producer.events import namespace_key
-from producer.producer import EXTRACT_QUEUE_PREFIX, SEQ_KEY_PREFIX
-from producer.routing import ShardRouter
 from tests.support.openai_server import FakeOpenAI, Reply
 from tulip_memory import ledger
 from tulip_memory.messages import Message, Role
+from tulip_producer import Producer
+from tulip_producer.producer import EXTRACT_QUEUE_PREFIX, SEQ_KEY_PREFIX
+from tulip_wire.celeryconfig import kombu_url
+from tulip_wire.events import namespace_key
+from tulip_wire.routing import ShardRouter
 
 MAX_SHARDS = 32
 NOOP_QUEUE_PREFIX = "bench.noop"
@@ -106,12 +106,12 @@ def noop_queue(shard: int) -> str:
 
 
 def noop_app(broker_url: str | None = None) -> Celery:
-    """The workers' Celery settings (``celeryconfig``) with the bench's no-op queues,
+    """The workers' Celery settings (``tulip_wire.celeryconfig``) with the bench's no-op queues,
     declared like the shard queues; the broker from the environment unless given."""
-    import celeryconfig
+    from tulip_wire import celeryconfig
 
     app = Celery("bench.pipeline", set_as_current=False)
-    app.config_from_object("celeryconfig")
+    app.config_from_object("tulip_wire.celeryconfig")
     queues = [
         Queue(noop_queue(k), celeryconfig.exchange, routing_key=noop_queue(k), durable=True)
         for k in range(MAX_SHARDS)
@@ -820,7 +820,7 @@ def run(stack: contextlib.ExitStack, options: Options) -> Report:
 def run_pipeline(bench: Bench, options: Options) -> tuple[list[Run], list[Run]]:
     with WorkerPool(bench.services.tmp / "logs", bench.worker_env()) as pool:
         for k in range(bench.max_shards):
-            pool.start("workers.app", f"extract-{k}", f"memory.extract.{k}")
+            pool.start("tulip_workers.app", f"extract-{k}", f"memory.extract.{k}")
         progress(f"{bench.max_shards} extraction workers: warming up ...")
         bench.model.default_chat = extraction_model(options.latency)
         warm_up(bench, pool)

@@ -32,11 +32,11 @@ import asyncpg
 import numpy as np
 from pgvector import Vector
 
-from tulip_memory.dev.embedded import EmbeddedPostgres
 from tulip_memory.embeddings.hashing import HashingEmbedder
 from tulip_memory.store import PgMemory
 from tulip_memory.store.postgres import provision_app_role
 from tulip_memory.store.validation import NS_SEP
+from tulip_ops.dev.embedded import EmbeddedPostgres
 
 TYPES = ("user", "feedback", "project", "reference")
 VOCAB = [f"w{i}" for i in range(3000)]

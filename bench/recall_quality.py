@@ -44,13 +44,13 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from tulip_memory.dev.embedded import EmbeddedPostgres
 from tulip_memory.embeddings import BaseEmbedding, HashingEmbedder
 from tulip_memory.store import PgMemory
 from tulip_memory.store.fusion import HybridRanking
 from tulip_memory.store.postgres import provision_app_role
 from tulip_memory.store.postgres.store import TurnsIn
 from tulip_memory.store.postgres.writer import TurnRow
+from tulip_ops.dev.embedded import EmbeddedPostgres
 
 KS = (1, 5, 10)
 _SESSION = re.compile(r"^session_(\d+)$")

@@ -654,15 +654,17 @@ def worker_env(services: Services, table: str) -> dict[str, str]:
 
 
 def celery_send(broker_url: str) -> Callable[[int, int], None]:
-    """``send_reindex_batch`` on the bench's broker: ``celeryconfig`` reads
+    """``send_reindex_batch`` on the bench's broker: ``tulip_wire.celeryconfig`` reads
     ``TULIP_BROKER_URL`` once, at import, so it is set first."""
     os.environ["TULIP_BROKER_URL"] = broker_url
-    import celeryconfig
+    from tulip_wire import celeryconfig
 
     if celeryconfig.broker_url != celeryconfig.kombu_url(broker_url):
-        raise BenchError("celeryconfig was imported before the bench set TULIP_BROKER_URL")
-    from workers.reindexing import REINDEX_QUEUE as queue
-    from workers.reindexing import send_reindex_batch
+        raise BenchError(
+            "tulip_wire.celeryconfig was imported before the bench set TULIP_BROKER_URL"
+        )
+    from tulip_workers.reindexing import REINDEX_QUEUE as queue
+    from tulip_workers.reindexing import send_reindex_batch
 
     assert queue == REINDEX_QUEUE
     return send_reindex_batch
@@ -925,7 +927,7 @@ async def run_celery(ctx: Context, stack: contextlib.ExitStack) -> JobRun:
     label = f"reindex on {o.workers} celery workers"
     with WorkerPool(services.tmp / "logs", worker_env(services, table)) as pool:
         for k in range(o.workers):
-            pool.start("workers.app", f"reindex-{k}", REINDEX_QUEUE)
+            pool.start("tulip_workers.app", f"reindex-{k}", REINDEX_QUEUE)
         progress(f"{o.workers} reindex workers: warming up ...")
         warm_up(pool, send, queue_length)
         progress(f"celery job: {o.idle:g}s idle recall, then the job ...")

@@ -17,13 +17,13 @@ import asyncpg
 import psutil
 import redis
 
-from producer import Producer, ProducerSettings, Reader
-from producer.events import namespace_key
-from producer.routing import ShardRouter
 from tulip_memory.messages import Message, Role
 from tulip_memory.state import AgentState
+from tulip_producer import Producer, ProducerSettings, Reader
+from tulip_wire.events import namespace_key
+from tulip_wire.routing import ShardRouter
 
-CLI = [sys.executable, "-m", "tulip_memory.cli"]
+CLI = [sys.executable, "-m", "tulip_ops.cli"]
 
 
 def test_demo_passes_and_reports(tmp_path: Path) -> None:

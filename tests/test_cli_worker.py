@@ -50,7 +50,7 @@ def test_worker_role_supervises_named_shard_workers(
     }
     logs = tmp_path / "logs"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tulip_memory.cli", "worker", "extract", "--shards", "0", "2",
+        [sys.executable, "-m", "tulip_ops.cli", "worker", "extract", "--shards", "0", "2",
          "--log-dir", str(logs)],
         env=env, stdout=subprocess.PIPE,
     )  # fmt: skip
@@ -84,7 +84,7 @@ def test_workers_do_not_outlive_a_killed_supervisor(
     broker = with_db(redis_url, 14)
     env = {**os.environ, "TULIP_BROKER_URL": broker, "TULIP_DATABASE_URL": pg_dsn}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tulip_memory.cli", "worker", "extract", "--shards", "1",
+        [sys.executable, "-m", "tulip_ops.cli", "worker", "extract", "--shards", "1",
          "--log-dir", str(tmp_path)],
         env=env, stdout=subprocess.DEVNULL,
     )  # fmt: skip
@@ -105,12 +105,12 @@ def test_workers_do_not_outlive_a_killed_supervisor(
 
 def test_unknown_role_and_shard_are_refused() -> None:
     bad = subprocess.run(
-        [sys.executable, "-m", "tulip_memory.cli", "worker", "nonsense"],
+        [sys.executable, "-m", "tulip_ops.cli", "worker", "nonsense"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
     out_of_range = subprocess.run(
-        [sys.executable, "-m", "tulip_memory.cli", "worker", "extract", "--shards", "9"],
+        [sys.executable, "-m", "tulip_ops.cli", "worker", "extract", "--shards", "9"],
         capture_output=True, text=True, check=False,
         env={**os.environ, "TULIP_EXTRACT_SHARDS": "2"},
     )  # fmt: skip

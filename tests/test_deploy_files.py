@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tulip_memory.cli import _parser
-from tulip_memory.dev.supervisor import POOLED, ROLES
+from tulip_ops.cli import _parser
+from tulip_ops.dev.supervisor import POOLED, ROLES
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -100,4 +100,4 @@ def test_procfile_commands_exist() -> None:
         if argv[0] == "tulip-memory":
             assert hasattr(parser.parse_args(argv[1:]), "run")
         else:
-            assert argv[:4] == ["celery", "-A", "workers.app", "flower"]
+            assert argv[:4] == ["celery", "-A", "tulip_workers.app", "flower"]

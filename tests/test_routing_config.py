@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-import celeryconfig
-from producer import ShardRouter, stable_hash
+from tulip_producer import ShardRouter, stable_hash
+from tulip_wire import celeryconfig
 
 
 def test_stable_hash_is_the_same_in_every_process() -> None:
     keys = ["tenant-a", "tenant-b/user/7", "ünïcode", ""]
     mine = [stable_hash(k) for k in keys]
-    code = f"from producer import stable_hash; print([stable_hash(k) for k in {keys!r}])"
+    code = f"from tulip_wire.routing import stable_hash; print([stable_hash(k) for k in {keys!r}])"
     for seed in ("1", "2", "random"):
         out = subprocess.run(
             [sys.executable, "-c", code],
@@ -80,7 +80,7 @@ def test_bad_settings_fail_early(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_worker_app_reads_celeryconfig() -> None:
-    from workers.app import app
+    from tulip_workers.app import app
 
     assert app.conf.task_acks_late is True
     assert app.conf.worker_prefetch_multiplier == 1

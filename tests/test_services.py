@@ -10,7 +10,7 @@ import boto3
 import psutil
 import redis
 
-from tulip_memory.dev.embedded import EmbeddedPostgres, EmbeddedRedis
+from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis
 
 
 def test_embedded_postgres_keeps_data_across_restarts_and_stops(tmp_path: Path) -> None:

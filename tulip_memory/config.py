@@ -1,6 +1,6 @@
 """The stores every process builds from the environment, alike on both sides.
 
-Workers write and ``producer.Reader`` reads the same table with the same embedder,
+Workers write and ``tulip_producer.Reader`` reads the same table with the same embedder,
 so both build them here: ``TULIP_DATABASE_URL`` (the application role's DSN),
 ``TULIP_MEMORY_TABLE`` (default ``tulip_memories``) and the ``TULIP_EMBED_*``
 settings of :func:`~tulip_memory.embeddings.embedder_from_env`.

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from producer import Producer
-from producer.pending import pending_states
-from producer.reader import AsyncReader, Reader
 from tests.support.services import Postgres
 from tests.support.workers import WorkerFactory
-from tulip_memory.dev.embedded import EmbeddedRedis
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.registry import get_checkpointer
 from tulip_memory.store import PgMemory
+from tulip_ops.dev.embedded import EmbeddedRedis
+from tulip_producer import Producer
+from tulip_producer.reader import AsyncReader, Reader
+from tulip_wire.pending import pending_states
 
 SHARDS = 2
 

@@ -7,12 +7,12 @@ import json
 import time
 from typing import Any
 
-from producer.routing import ShardRouter
 from tests.pipeline.conftest import SHARDS, Pipeline
 from tests.support.openai_server import FakeOpenAI, Reply
 from tulip_memory.messages import Message, Role
 from tulip_memory.registry import get_checkpointer
 from tulip_memory.state import AgentState
+from tulip_wire.routing import ShardRouter
 
 
 def state(thread: str, n: int) -> AgentState:

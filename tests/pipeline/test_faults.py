@@ -15,13 +15,13 @@ from typing import Any
 
 import asyncpg
 
-from producer.events import namespace_key
-from producer.routing import ShardRouter
 from tests.pipeline.conftest import SHARDS, Pipeline
 from tests.support.openai_server import FakeOpenAI, Reply
-from tulip_memory.dev.embedded import EmbeddedRedis
 from tulip_memory.messages import Message, Role
-from workers import dlq
+from tulip_ops.dev.embedded import EmbeddedRedis
+from tulip_wire.events import namespace_key
+from tulip_wire.routing import ShardRouter
+from tulip_workers import dlq
 
 SESSION = re.compile(r"Session (\d+)\. My favourite colour is (\w+)")
 

@@ -49,7 +49,7 @@ class Reindex:
 
     def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "tulip_memory.cli", "reindex", *args],
+            [sys.executable, "-m", "tulip_ops.cli", "reindex", *args],
             cwd=ROOT,
             env=self.env(),
             stdin=subprocess.DEVNULL,

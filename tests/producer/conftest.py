@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import redis
 
-from producer import Producer, ProducerSettings
-from producer.producer import EXTRACT_QUEUE_PREFIX
-from producer.routing import ShardRouter
 from tests.producer.queues import with_db
-from tulip_memory.dev.embedded import EmbeddedRedis
+from tulip_ops.dev.embedded import EmbeddedRedis
+from tulip_producer import Producer, ProducerSettings
+from tulip_producer.producer import EXTRACT_QUEUE_PREFIX
+from tulip_wire.routing import ShardRouter
 
 PRODUCER_TEST_DB = 11
 SHARDS = 4

@@ -10,10 +10,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 from kombu import Connection
 
-from celeryconfig import kombu_url
-from producer import ProducerSettings
-from producer.events import Envelope, decode
-from producer.producer import extract_queues
+from tulip_producer import ProducerSettings
+from tulip_producer.producer import extract_queues
+from tulip_wire.celeryconfig import kombu_url
+from tulip_wire.events import Envelope, decode
 
 
 @dataclass(frozen=True, kw_only=True)

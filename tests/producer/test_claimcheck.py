@@ -11,8 +11,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from producer import ClaimCheckStore
-from producer.events import EventError, PayloadRef
+from tulip_producer import ClaimCheckStore
+from tulip_wire.events import EventError, PayloadRef
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from producer.events import namespace_key
-from producer.spool import Spool
 from tests.producer.conftest import MakeProducer, RestartableRedis
 from tests.producer.queues import by_key, take_all
+from tulip_producer.spool import Spool
+from tulip_wire.events import namespace_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +69,7 @@ def test_broker_down_for_1000_events_then_all_delivered_once_in_order(
 SPOOLING_PROCESS = """
 import json, sys
 from pathlib import Path
-from producer import Producer
+from tulip_producer import Producer
 
 broker, spool, tenant = sys.argv[1:4]
 producer = Producer.from_urls(broker, spool_dir=Path(spool), extract_shards=4)

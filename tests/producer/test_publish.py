@@ -14,19 +14,19 @@ import boto3
 import pytest
 import redis
 
-from celeryconfig import kombu_url
-from producer import AsyncProducer, ClaimCheckStore, ProducerSettings
-from producer.events import TASKS, Envelope, EventError, namespace_key
-from producer.producer import (
+from tests.producer.conftest import SHARDS, MakeProducer
+from tests.producer.queues import by_key, take_all
+from tulip_memory.messages import Message, Role
+from tulip_producer import AsyncProducer, ClaimCheckStore, ProducerSettings
+from tulip_producer.producer import (
     EXTRACT_QUEUE_PREFIX,
     SEQ_KEY_PREFIX,
     PublishError,
     extract_queues,
 )
-from producer.routing import ShardRouter
-from tests.producer.conftest import SHARDS, MakeProducer
-from tests.producer.queues import by_key, take_all
-from tulip_memory.messages import Message, Role
+from tulip_wire.celeryconfig import kombu_url
+from tulip_wire.events import TASKS, Envelope, EventError, namespace_key
+from tulip_wire.routing import ShardRouter
 
 ROUTER = ShardRouter(EXTRACT_QUEUE_PREFIX, SHARDS)
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
@@ -240,7 +240,7 @@ async def test_async_producer_never_blocks_the_loop_on_a_silent_broker(
 def test_closed_producer_refuses_calls_and_closing_is_idempotent(
     broker_url: str, make_producer: MakeProducer, tenant: str
 ) -> None:
-    from producer.producer import ProducerClosed
+    from tulip_producer.producer import ProducerClosed
 
     producer = make_producer(broker_url)
     with producer:

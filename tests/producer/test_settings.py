@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from producer import ProducerSettings
+from tulip_producer import ProducerSettings
 
 
 def test_defaults_from_an_empty_environment() -> None:

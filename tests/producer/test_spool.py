@@ -8,7 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
-from producer.spool import DB_FILE, Spool
+from tulip_producer.spool import DB_FILE, Spool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +69,7 @@ def test_threads_append_concurrently_in_their_own_order(tmp_path: Path) -> None:
 
 def test_processes_share_a_spool_directory(tmp_path: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from producer.spool import Spool\n"
+        "import sys; from pathlib import Path; from tulip_producer.spool import Spool\n"
         "s = Spool(Path(sys.argv[1]))\n"
         "for i in range(200): s.append(f'{sys.argv[2]}:{i}')\n"
         "s.close()\n"

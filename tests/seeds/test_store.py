@@ -133,7 +133,7 @@ async def test_superuser_refusal_names_one_command_that_provisions_the_role(
     env.pop("TULIP_APP_PASSWORD", None)
     done = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "tulip_memory.cli", *command.split()[1:]],
+        [sys.executable, "-m", "tulip_ops.cli", *command.split()[1:]],
         env=env,
         capture_output=True,
         text=True,

@@ -1,6 +1,6 @@
 """A Celery app for redelivery tests: one task that records its argument in Redis.
 
-Configured from ``celeryconfig`` (acks_late, prefetch 1, two-hour visibility timeout)
+Configured from ``tulip_wire.celeryconfig`` (acks_late, prefetch 1, two-hour visibility timeout)
 with the broker from ``TULIP_BROKER_URL``. ``TULIP_TEST_KEYPREFIX`` gives kombu's keys
 a prefix of the test's own; ``TULIP_TEST_REDELIVERY=1`` installs the fix under test.
 The task writes ``start:<n>`` and ``done:<n>`` to the list ``TULIP_TEST_LOG_KEY`` on
@@ -17,13 +17,13 @@ from functools import cache
 import redis
 from celery import Celery
 
-import celeryconfig
-from workers.redelivery import install
+from tulip_wire import celeryconfig
+from tulip_workers.redelivery import install
 
 TASK_NAME = "tests.record"
 
 app = Celery("tulip_redelivery_test")
-app.config_from_object("celeryconfig")
+app.config_from_object("tulip_wire.celeryconfig")
 app.conf.broker_url = os.environ.get("TULIP_BROKER_URL", celeryconfig.broker_url)
 app.conf.broker_transport_options = {
     **celeryconfig.broker_transport_options,

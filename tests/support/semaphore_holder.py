@@ -1,4 +1,4 @@
-"""Processes that hold slots of a :class:`~workers.semaphore.RedisSemaphore`.
+"""Processes that hold slots of a :class:`~tulip_workers.semaphore.RedisSemaphore`.
 
 ``python -m tests.support.semaphore_holder contend URL NAME LIMIT ROUNDS HOLD KEY PARTIES``
 waits until ``PARTIES`` processes are ready, then takes a slot ``ROUNDS`` times; while
@@ -16,7 +16,7 @@ import time
 
 import redis
 
-from workers.semaphore import RedisSemaphore
+from tulip_workers.semaphore import RedisSemaphore
 
 
 def contend(

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tulip_memory.dev.embedded import EmbeddedPostgres, EmbeddedRedis, run_async
 from tulip_memory.store.postgres import provision_app_role
+from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis, run_async
 
 APP_ROLE = "tulip_test_app"
 

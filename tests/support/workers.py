@@ -39,7 +39,7 @@ class WorkerProcess:
                 "-m",
                 "celery",
                 "-A",
-                "workers.app",
+                "tulip_workers.app",
                 "worker",
                 "-P",
                 "solo",

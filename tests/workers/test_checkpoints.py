@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 import redis
 
-from producer import AsyncReader, Producer, ProducerSettings
-from producer.events import EventError, checkpoint_saved, encode
-from producer.pending import PendingStates
 from tests.producer.queues import take_all, with_db
 from tulip_memory.delta import DeltaCheckpointer, FileDeltaStorage
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.messages import Message, Role
 from tulip_memory.state import AgentState
 from tulip_memory.store import PgMemory
-from workers.checkpoints import SUPERSEDED, CheckpointWorker
-from workers.event_worker import APPLIED, DEAD, DUPLICATE
-from workers.retry import RetryPolicy
+from tulip_producer import AsyncReader, Producer, ProducerSettings
+from tulip_wire.events import EventError, checkpoint_saved, encode
+from tulip_wire.pending import PendingStates
+from tulip_workers.checkpoints import SUPERSEDED, CheckpointWorker
+from tulip_workers.event_worker import APPLIED, DEAD, DUPLICATE
+from tulip_workers.retry import RetryPolicy
 
 TABLE = f"ckpt_{uuid.uuid4().hex[:8]}"
 DB = 12

@@ -12,10 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from producer import AsyncProducer, ProducerSettings
-from producer.events import encode, session_ended
-from producer.queued import QueuedMemoryManager
-from producer.reader import AsyncReader
 from tests.producer.queues import take_all, with_db
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
@@ -23,9 +19,13 @@ from tulip_memory.manager import Memory
 from tulip_memory.messages import Message, Role
 from tulip_memory.state import AgentState
 from tulip_memory.store import PgMemory
-from workers.extraction import APPLIED, DEAD, ExtractionWorker
-from workers.extractors import heuristic
-from workers.retry import RetryPolicy
+from tulip_producer import AsyncProducer, ProducerSettings
+from tulip_producer.queued import QueuedMemoryManager
+from tulip_producer.reader import AsyncReader
+from tulip_wire.events import encode, session_ended
+from tulip_workers.extraction import APPLIED, DEAD, ExtractionWorker
+from tulip_workers.extractors import heuristic
+from tulip_workers.retry import RetryPolicy
 
 TABLE = f"dlq_{uuid.uuid4().hex[:8]}"
 DB = 13  # a Redis database of this module's own
@@ -44,7 +44,7 @@ async def store(pg_dsn: str) -> AsyncIterator[PgMemory]:
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tulip_memory.cli", "dlq", *args],
+        [sys.executable, "-m", "tulip_ops.cli", "dlq", *args],
         env={**os.environ, **env},
         capture_output=True,
         text=True,

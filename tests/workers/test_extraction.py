@@ -11,17 +11,17 @@ import asyncpg
 import numpy as np
 import pytest
 
-from producer.events import Envelope, encode, session_ended
-from producer.reader import AsyncReader
 from tests.support.openai_server import FakeOpenAI, Reply
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.extract import LLMExtractorConfig
 from tulip_memory.messages import Message, Role
 from tulip_memory.store import PgMemory
-from workers.extraction import APPLIED, DEAD, DUPLICATE, ExtractionWorker
-from workers.extractors import LLMStep, heuristic
-from workers.retry import RetryPolicy
+from tulip_producer.reader import AsyncReader
+from tulip_wire.events import Envelope, encode, session_ended
+from tulip_workers.extraction import APPLIED, DEAD, DUPLICATE, ExtractionWorker
+from tulip_workers.extractors import LLMStep, heuristic
+from tulip_workers.retry import RetryPolicy
 
 FAST = RetryPolicy(attempts=3, base=0.01, cap=0.02)
 TABLE = f"extraction_{uuid.uuid4().hex[:8]}"  # 384-wide: a table of this module's own

@@ -23,9 +23,9 @@ import redis
 from celery import Celery
 from kombu import Connection, Exchange, Queue
 
-import celeryconfig
 from tests.support.redelivery_app import TASK_NAME
-from workers.redelivery import ordered_queues, restore_for_worker, restore_unacked
+from tulip_wire import celeryconfig
+from tulip_workers.redelivery import ordered_queues, restore_for_worker, restore_unacked
 
 ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "memory.extract.0"
@@ -58,7 +58,7 @@ class Shard:
 
     def publisher(self) -> Celery:
         app = Celery("tulip_redelivery_publisher")
-        app.config_from_object("celeryconfig")
+        app.config_from_object("tulip_wire.celeryconfig")
         app.conf.broker_url = self.broker
         app.conf.broker_transport_options = {
             **celeryconfig.broker_transport_options,

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import redis
 
-from producer import AsyncReader
 from tests.producer.queues import with_db
 from tests.support.openai_server import FakeOpenAI, Reply
 from tulip_memory.delta import DeltaCheckpointer, FileDeltaStorage
@@ -19,7 +18,8 @@ from tulip_memory.state import AgentState
 from tulip_memory.store import PgMemory
 from tulip_memory.summaries import SummaryStore, compacted_view, summary_range
 from tulip_memory.summarize import SummarizationError
-from workers.summarizer import SummaryScheduler, SummaryWorker
+from tulip_producer import AsyncReader
+from tulip_workers.summarizer import SummaryScheduler, SummaryWorker
 
 MODEL = "openai/summary-model"
 

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from producer.events import Envelope, EventError, encode, session_ended
-from producer.reader import AsyncReader
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.messages import Message, Role
 from tulip_memory.store import PgMemory
 from tulip_memory.turns import TurnHit
-from workers.extraction import APPLIED, DEAD, DUPLICATE, ExtractionWorker
-from workers.extractors import heuristic
-from workers.retry import RetryPolicy
+from tulip_producer.reader import AsyncReader
+from tulip_wire.events import Envelope, EventError, encode, session_ended
+from tulip_workers.extraction import APPLIED, DEAD, DUPLICATE, ExtractionWorker
+from tulip_workers.extractors import heuristic
+from tulip_workers.retry import RetryPolicy
 
 FAST = RetryPolicy(attempts=2, base=0.01, cap=0.02)
 TABLE = f"turns_{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,1 @@
+"""Operator-facing commands: ``tulip-memory`` (cli), the dev stack, the reindex command."""

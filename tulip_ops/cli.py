@@ -1,0 +1,207 @@
+"""The ``tulip-memory`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tulip_ops.dev.supervisor import POOLED, ROLES
+
+if TYPE_CHECKING:
+    from tulip_ops.dev.stack import DevStack
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return 2
+    result: int = args.run(args)
+    return result
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tulip-memory", description=__doc__)
+    sub = parser.add_subparsers(title="commands")
+    dev = sub.add_parser("dev", help="run the stack on embedded services under one data dir")
+    dev.add_argument("--data-dir", type=Path, default=Path(".tulip-dev"))
+    dev.add_argument("--demo", action="store_true", help="run the demo workload, check, exit")
+    dev.add_argument("--tenants", type=int, default=5, help="demo: number of tenants")
+    dev.add_argument("--users", type=int, default=40, help="demo: users per tenant")
+    dev.add_argument("--shards", type=int, default=2, help="ordered shard queues per role")
+    dev.add_argument("--no-flower", action="store_true", help="do not start Flower")
+    dev.set_defaults(run=_dev)
+
+    worker = sub.add_parser("worker", help="run and supervise the Celery workers of a role")
+    worker.add_argument("role", choices=sorted([*ROLES, *POOLED]))
+    worker.add_argument(
+        "--shards", type=int, nargs="*", help="only these shard numbers (default: all)"
+    )
+    worker.add_argument("--log-dir", type=Path, help="one log file per worker (default: stdout)")
+    worker.set_defaults(run=_worker)
+
+    provision = sub.add_parser(
+        "provision", help="create the application role (TULIP_DATABASE_ADMIN_URL needed)"
+    )
+    provision.add_argument("--role", default="tulip_app")
+    provision.add_argument("--schema", default="public")
+    provision.set_defaults(run=_provision)
+
+    from tulip_ops.reindex_cli import add_parser as add_reindex
+
+    add_reindex(sub)
+
+    dlq = sub.add_parser("dlq", help="inspect and replay dead letters (admin connection)")
+    dlq.add_argument(
+        "--database-url",
+        help="an administrator DSN (default: TULIP_DATABASE_ADMIN_URL) that can read "
+        "every tenant's dead letters",
+    )
+    dlq_sub = dlq.add_subparsers(title="dlq commands", required=True)
+    listing = dlq_sub.add_parser("list", help="newest dead letters first")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--all", action="store_true", help="include replayed ones")
+    listing.set_defaults(run=_dlq, action="list")
+    show = dlq_sub.add_parser("show", help="one dead letter with its event body")
+    show.add_argument("event_id")
+    show.set_defaults(run=_dlq, action="show")
+    replay = dlq_sub.add_parser("replay", help="re-publish with the original sequence number")
+    replay.add_argument("event_id")
+    replay.set_defaults(run=_dlq, action="replay")
+    return parser
+
+
+def _dev(args: argparse.Namespace) -> int:
+    from tulip_ops.dev.stack import DevStack
+
+    started = time.perf_counter()
+    stack = DevStack(args.data_dir, shards=args.shards, with_flower=not args.no_flower)
+    print(f"starting the stack under {args.data_dir.resolve()} ...", flush=True)
+    stop = _stop_on_signals()
+    stack.start()
+    try:
+        print(f"settings written to {stack.env_file}")
+        if stack.flower is not None:
+            print(f"Flower: {stack.flower.url} (user {stack.flower.user}, password in tulip.env)")
+        assert stack.workers is not None
+        print(f"workers: {', '.join(stack.workers.pids())}", flush=True)
+        if args.demo:
+            return _demo(stack, args, started)
+        print("running; press Ctrl-C to stop", flush=True)
+        while not stop.wait(1.0):
+            stack.workers.check()
+        return 0
+    finally:
+        stack.stop()
+        print("stopped", flush=True)
+
+
+def _demo(stack: DevStack, args: argparse.Namespace, started: float) -> int:
+    from tulip_ops.dev.demo import run_pipeline_demo
+
+    run_id = f"demo-{uuid.uuid4().hex[:8]}"
+    print(f"demo {run_id}: {args.tenants} tenants x {args.users} users, two sessions each")
+    report = run_pipeline_demo(
+        stack.settings, run_id=run_id, tenants=args.tenants, users=args.users
+    )
+    for line in report.lines():
+        print(f"  {line}")
+    print(f"  wall time         {time.perf_counter() - started:.1f}s (services included)")
+    return 0 if report.ok else 1
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from tulip_ops.dev.supervisor import Supervisor, role_specs, worker_env
+    from tulip_wire import celeryconfig
+
+    shards = (
+        celeryconfig.CHECKPOINT_SHARDS if args.role == "checkpoint" else celeryconfig.EXTRACT_SHARDS
+    )
+    supervisor = Supervisor(
+        role_specs(args.role, shards, args.shards), worker_env({}), args.log_dir
+    )
+    stop = _stop_on_signals()
+    supervisor.start()
+    print(f"{args.role} workers: {supervisor.pids()}", flush=True)
+    try:
+        while not stop.wait(1.0):
+            supervisor.check()
+    finally:
+        supervisor.stop()
+    return 0
+
+
+def _dlq(args: argparse.Namespace) -> int:
+    import os
+
+    from tulip_ops.dev.embedded import run_async
+
+    url = args.database_url or os.environ.get("TULIP_DATABASE_ADMIN_URL", "")
+    if not url:
+        print("set TULIP_DATABASE_ADMIN_URL or pass --database-url", file=sys.stderr)
+        return 2
+    try:
+        lines: list[str] = run_async(_dlq_async(url, args))
+    except (LookupError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0
+
+
+async def _dlq_async(url: str, args: argparse.Namespace) -> list[str]:
+    import asyncpg
+
+    from tulip_workers import dlq
+
+    conn = await asyncpg.connect(url)
+    try:
+        if args.action == "list":
+            letters = await dlq.list_dead(conn, limit=args.limit, include_replayed=args.all)
+            return [dlq.describe(d) for d in letters] or ["no dead letters"]
+        if args.action == "show":
+            letter = await dlq.show(conn, args.event_id)
+            return [dlq.describe(letter), letter.body]
+        from tulip_producer import Producer
+
+        with Producer.from_env() as producer:
+            letter = await dlq.replay(conn, args.event_id, producer.republish)
+        return [f"replayed {letter.event_id} (seq {letter.seq}) to its shard queue"]
+    finally:
+        await conn.close()
+
+
+def _provision(args: argparse.Namespace) -> int:
+    import os
+
+    from tulip_memory.store.postgres import provision_app_role
+    from tulip_ops.dev.embedded import run_async
+
+    admin = os.environ.get("TULIP_DATABASE_ADMIN_URL", "")
+    if not admin:
+        print("set TULIP_DATABASE_ADMIN_URL to an administrator DSN", file=sys.stderr)
+        return 2
+    password = os.environ.get("TULIP_APP_PASSWORD") or None
+    run_async(provision_app_role(admin, args.role, password=password, schema=args.schema))
+    print(f"role {args.role} ready: LOGIN, no superuser, no BYPASSRLS, CREATE on {args.schema}")
+    return 0
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGINT or SIGTERM, so cleanup runs in the main thread."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Run the Celery workers of a role as ``celery worker`` processes, and keep them up.
+
+Ordered roles (``extract``) get one single-process (``-P solo``) worker per shard
+queue, named ``extract-<k>@host`` so Flower shows which shard is which: exactly one
+consumer per shard is what keeps events of a namespace in order. A worker that dies
+is restarted (its unacked message is moved back to the front of its queue by
+``tulip_workers.redelivery`` before it consumes). Stopping sends SIGTERM, Celery's warm
+shutdown: the task in hand finishes and is acknowledged, nothing is lost; a worker
+still busy after the grace period is killed, and its message is redelivered.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+log = logging.getLogger(__name__)
+
+#: Ordered roles (one solo worker per shard queue ``<prefix>.<k>``).
+ROLES = {"extract": "memory.extract", "checkpoint": "memory.checkpoint"}
+#: Unordered roles: one pooled worker on one queue.
+POOLED = {"summarize": "memory.summarize", "reindex": "memory.reindex"}
+POOL_CONCURRENCY = 2
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    name: str
+    queues: tuple[str, ...]
+    pool: str = "solo"
+    concurrency: int = 1
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "celery", "-A", "tulip_workers.app", "worker",
+            "-P", self.pool, "-c", str(self.concurrency), "-Q", ",".join(self.queues),
+            "-n", f"{self.name}@%h", "-E", "--without-gossip", "--without-mingle",
+            "-l", "INFO",
+        ]  # fmt: skip
+
+
+def role_specs(role: str, shards: int, only: Sequence[int] | None = None) -> list[WorkerSpec]:
+    """The workers of ``role``: one per shard for ordered roles, one pool otherwise."""
+    if role in POOLED:
+        return [WorkerSpec(role, (POOLED[role],), pool="prefork", concurrency=POOL_CONCURRENCY)]
+    if role not in ROLES:
+        known = ", ".join(sorted([*ROLES, *POOLED]))
+        raise ValueError(f"unknown worker role {role!r}; known roles: {known}")
+    chosen = list(range(shards)) if not only else list(only)
+    bad = [k for k in chosen if not 0 <= k < shards]
+    if bad:
+        raise ValueError(f"shards {bad} out of range 0..{shards - 1}")
+    return [WorkerSpec(f"{role}-{k}", (f"{ROLES[role]}.{k}",)) for k in chosen]
+
+
+@dataclass
+class _Running:
+    spec: WorkerSpec
+    proc: subprocess.Popen[bytes]
+    started: float
+    restarts: int = 0
+
+
+@dataclass
+class Supervisor:
+    specs: list[WorkerSpec]
+    env: dict[str, str]
+    log_dir: Path | None = None
+    min_uptime: float = 5.0
+    _running: dict[str, _Running] = field(default_factory=dict)
+    _logs: list[IO[bytes]] = field(default_factory=list)
+
+    def start(self) -> Supervisor:
+        for spec in self.specs:
+            self._spawn(spec, restarts=0)
+        return self
+
+    def _spawn(self, spec: WorkerSpec, restarts: int) -> None:
+        out: IO[bytes] | None = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            out = open(self.log_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - kept open
+            self._logs.append(out)
+        proc = subprocess.Popen(  # noqa: S603 - our own command line, no shell
+            spec.command(),
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            preexec_fn=die_with_parent,
+        )
+        self._running[spec.name] = _Running(spec, proc, time.monotonic(), restarts)
+
+    def pids(self) -> dict[str, int]:
+        return {name: r.proc.pid for name, r in self._running.items()}
+
+    def check(self) -> list[str]:
+        """Restart workers that exited; returns the names restarted. A worker that
+        keeps dying right after start is restarted no faster than ``min_uptime``."""
+        restarted = []
+        for name, r in list(self._running.items()):
+            code = r.proc.poll()
+            if code is None:
+                continue
+            if time.monotonic() - r.started < self.min_uptime:
+                continue  # crash loop: wait before the next try
+            log.warning("worker %s exited with %s; restarting", name, code)
+            self._spawn(r.spec, r.restarts + 1)
+            restarted.append(name)
+        return restarted
+
+    def stop(self, grace: float = 30.0) -> None:
+        """Warm shutdown of every worker; SIGKILL after ``grace`` seconds."""
+        for r in self._running.values():
+            if r.proc.poll() is None:
+                r.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for r in self._running.values():
+            try:
+                r.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("worker %s did not stop in %.0fs; killing it", r.spec.name, grace)
+                r.proc.kill()
+                r.proc.wait()
+        for out in self._logs:
+            out.close()
+        self._logs.clear()
+
+
+def die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it (a warm shutdown) if the supervisor dies,
+    even by SIGKILL, so no worker outlives the process that started it (Linux)."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def worker_env(settings: dict[str, str]) -> dict[str, str]:
+    return {**os.environ, **settings}

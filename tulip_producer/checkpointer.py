@@ -1,0 +1,63 @@
+"""``QueuedCheckpointer``: the SDK's ``checkpointer=`` over the pipeline.
+
+``save`` publishes a ``checkpoint.saved`` event and returns at once (the chat request
+pays a Redis round trip, not an S3 write); ``load`` reads through the pending overlay,
+so a thread's newest state is there before any worker ran. Listing and deleting go to
+the checkpoint store directly. ``get_checkpointer("queued:<inner>")`` builds one from
+the environment, ``<inner>`` naming the store the workers write (e.g. ``s3:bucket``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tulip_memory.registry import BaseCheckpointer, get_checkpointer
+from tulip_memory.state import AgentState
+from tulip_producer.producer import AsyncProducer
+from tulip_producer.reader import AsyncReader
+
+
+class QueuedCheckpointer:
+    def __init__(
+        self, producer: AsyncProducer, reader: AsyncReader, inner: BaseCheckpointer
+    ) -> None:
+        self.producer = producer
+        self.reader = reader
+        self.inner = inner
+
+    async def save(
+        self, state: AgentState, thread_id: str, checkpoint_id: str | None = None
+    ) -> str:
+        if checkpoint_id is not None:
+            raise ValueError(
+                "QueuedCheckpointer assigns checkpoint ids itself (ordering and "
+                "idempotency rest on them); save without checkpoint_id"
+            )
+        return await self.producer.checkpoint_saved(thread_id, state)
+
+    async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
+        return await self.reader.load(thread_id, checkpoint_id)
+
+    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
+        return await self.inner.list_checkpoints(thread_id, limit)
+
+    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
+        return await self.inner.delete(thread_id, checkpoint_id)
+
+    async def close(self) -> None:
+        await self.producer.close()
+        await self.reader.close()
+
+
+def queued_factory(config_hint: str | None = None, **_: Any) -> QueuedCheckpointer:
+    """``queued:<inner>``: producer and reader from the environment, ``<inner>`` the
+    checkpoint store (default ``TULIP_CHECKPOINT_URL``)."""
+    import os
+
+    inner_name = config_hint or os.environ.get("TULIP_CHECKPOINT_URL", "")
+    if not inner_name:
+        raise ValueError("queued:<inner> needs the store the workers write, e.g. queued:s3:bucket")
+    inner = get_checkpointer(inner_name)
+    reader = AsyncReader.from_env()
+    reader.checkpointer = inner
+    return QueuedCheckpointer(AsyncProducer.from_env(), reader, inner)

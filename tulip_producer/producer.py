@@ -1,0 +1,565 @@
+"""Publishing events without making a user wait or losing a conversation.
+
+:meth:`Producer.session_ended` validates and encodes the event, then hands it to the
+broker as a Celery task message on its shard queue, with a per-key sequence number from
+Redis. Every step of a publish is bounded by ``publish_timeout`` (socket timeouts, no
+connection retry loop), and when the broker or Redis fails the event goes to the durable
+:class:`~tulip_producer.spool.Spool` instead; the call returns its event id either way. A
+background flusher re-publishes spooled events in order once the broker is back.
+
+Order per key holds because (1) calls for one key run one at a time under that key's
+lock, (2) while anything is spooled, new events are spooled behind it, and (3) a spooled
+row is removed only after it was published, so "spool empty" means "everything before
+was published". The flusher therefore needs no key lock, and a slow attempt of the
+flusher never delays a caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any, Self
+
+import redis
+from celery import Celery
+from kombu import Queue
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from tulip_memory.errors import TulipMemoryError
+from tulip_memory.messages import Message
+from tulip_memory.state import AgentState
+from tulip_producer.settings import ProducerSettings
+from tulip_producer.spool import Spool, SpooledEvent
+from tulip_wire import events
+from tulip_wire.celeryconfig import kombu_url
+from tulip_wire.claimcheck import ClaimCheckStore
+from tulip_wire.events import (
+    CHECKPOINT_SAVED,
+    SESSION_ENDED,
+    TASKS,
+    Envelope,
+    EventError,
+    decode,
+    encode,
+    namespace_key,
+)
+from tulip_wire.pending import PendingStates
+from tulip_wire.routing import ShardRouter, stable_hash
+
+#: Redis key prefixes of the producer (one place, like arq's constants).
+SEQ_KEY_PREFIX = "tulip:seq:"
+EXTRACT_QUEUE_PREFIX = "memory.extract"
+CHECKPOINT_QUEUE_PREFIX = "memory.checkpoint"
+
+KEY_LOCK_STRIPES = 64
+FLUSH_BATCH = 100
+RETRY_MIN_DELAY = 0.05
+RETRY_MAX_DELAY = 2.0
+IDLE_POLL = 1.0  # also notices rows spooled by another process sharing the directory
+DEFAULT_CLOSE_TIMEOUT = 5.0
+
+log = logging.getLogger(__name__)
+
+
+class ProducerClosed(TulipMemoryError, RuntimeError):
+    """A call on a producer after :meth:`Producer.close`."""
+
+
+class PublishError(TulipMemoryError):
+    """A publish that must not be spooled (a replay) failed; ``reason`` says why."""
+
+    def __init__(self, event_id: str, reason: str) -> None:
+        self.event_id = event_id
+        self.reason = reason
+        super().__init__(f"event {event_id} was not published: {reason}")
+
+
+# --- broker plumbing: pure functions, no I/O --------------------------------------
+
+
+def transport_options(settings: ProducerSettings) -> dict[str, Any]:
+    """Bound every step of a publish by ``publish_timeout``, with no kombu retry loop.
+
+    ``max_retries=0``: even with ``send_task(retry=False)``, kombu's connection setup
+    retries, sleeping 2 s between attempts, until ``broker_connection_timeout`` has
+    passed (6 s for a refused connection with Celery's defaults). Redis: without socket
+    timeouts a command on a broker that accepted the connection but never answers
+    waits forever. RabbitMQ: publisher confirms, so a publish returns only once the
+    broker has the message.
+    """
+    t = settings.publish_timeout
+    if settings.broker_is_amqp:
+        return {"max_retries": 0, "confirm_publish": True, "read_timeout": t, "write_timeout": t}
+    return {"max_retries": 0, "socket_timeout": t, "socket_connect_timeout": t}
+
+
+def routers(settings: ProducerSettings) -> dict[str, ShardRouter]:
+    """The shard router of each event type."""
+    return {
+        SESSION_ENDED: ShardRouter(EXTRACT_QUEUE_PREFIX, settings.extract_shards),
+        CHECKPOINT_SAVED: ShardRouter(CHECKPOINT_QUEUE_PREFIX, settings.checkpoint_shards),
+    }
+
+
+def extract_queues(settings: ProducerSettings) -> list[Queue]:
+    """Every shard queue, declared as the workers declare them (``tulip_wire.celeryconfig``).
+
+    Declaring on publish matters: both brokers route through bindings, so a message
+    published before any worker declared its queue would be undeliverable. RabbitMQ
+    refuses a queue redeclared with other arguments, so ordered queues carry
+    ``x-single-active-consumer`` here as in ``tulip_wire.celeryconfig``.
+    """
+    from tulip_wire import celeryconfig
+
+    args = {"x-single-active-consumer": True} if settings.broker_is_amqp else {}
+    return [
+        Queue(name, celeryconfig.exchange, routing_key=name, durable=True, queue_arguments=args)
+        for router in routers(settings).values()
+        for name in router.queues()
+    ]
+
+
+def celery_app(settings: ProducerSettings) -> Celery:
+    """A Celery app configured from ``tulip_wire.celeryconfig`` on the producer's broker."""
+    app = Celery("tulip_memory.producer", set_as_current=False)
+    app.config_from_object("tulip_wire.celeryconfig")
+    app.conf.update(
+        broker_url=kombu_url(settings.broker_url),
+        broker_connection_timeout=settings.publish_timeout,
+        broker_heartbeat=0,  # a pure publisher never services heartbeats
+        broker_transport_options={
+            **app.conf.broker_transport_options,
+            **transport_options(settings),
+        },
+        task_queues=extract_queues(settings),
+        # No task-sent event per publish (one round trip less): Flower still sees every
+        # task from the workers' received/started/succeeded events.
+        task_send_sent_event=False,
+    )
+    return app
+
+
+# --- publishing one envelope ------------------------------------------------------
+
+
+class _Publisher:
+    """Hands one envelope to the broker: sequence number, claim-check, Celery message."""
+
+    def __init__(self, settings: ProducerSettings, claims: ClaimCheckStore) -> None:
+        self._max_bytes = settings.max_event_bytes
+        self._claims = claims
+        self._routers = routers(settings)
+        self._redis = _redis_client(settings)
+        self._pending = PendingStates(self._redis)
+        self._pending_ttl = settings.pending_ttl
+        self._app = celery_app(settings)
+        # Our own pool, not kombu's process-global one, so close() releases only ours.
+        limit = self._app.conf.broker_pool_limit
+        self._connections = self._app.connection_for_write().Pool(limit=limit)
+        self._options = (
+            {"confirm_timeout": settings.publish_timeout} if settings.broker_is_amqp else {}
+        )
+
+    def publish(self, env: Envelope) -> None:
+        """Assign the key's next sequence number and send."""
+        env = env.with_seq(int(self._redis.incr(SEQ_KEY_PREFIX + env.key)))
+        self.send(env, self._wire(env))
+
+    def send(self, env: Envelope, text: str) -> None:
+        """Send ``text`` (the encoded ``env``) as a Celery task message on its shard queue."""
+        queue = self._routers[env.type].queue(env.key)
+        with self._connections.acquire(block=True) as connection:
+            self._app.send_task(
+                TASKS[env.type],
+                args=[text],
+                task_id=env.id,
+                queue=queue,
+                routing_key=queue,
+                # The default exchange delivers by queue name: kombu's Redis transport
+                # then skips its per-publish binding lookup (one round trip less).
+                exchange="",
+                retry=False,
+                connection=connection,
+                # Flower and task events show this instead of a copy of the conversation.
+                argsrepr=f"[<{env.type} {env.id} seq={env.seq}>]",
+                **self._options,
+            )
+
+    def _wire(self, env: Envelope) -> str:
+        """The encoded envelope; a payload that would make it too large goes by reference."""
+        text = encode(env)
+        if len(text.encode("utf-8")) <= self._max_bytes:
+            return text
+        payload = json.dumps(env.payload, ensure_ascii=False, allow_nan=False)
+        return encode(env.with_ref(self._claims.put(env.id, payload.encode("utf-8"))))
+
+    def put_pending(self, thread_id: str, checkpoint_id: str, state: dict[str, Any]) -> None:
+        """The read-your-writes overlay; with Redis down the event still goes out (or to
+        the spool), only the overlay is missing until the worker writes the state."""
+        try:
+            self._pending.put(thread_id, checkpoint_id, state, self._pending_ttl)
+        except redis.RedisError as e:
+            log.warning(
+                "pending state of a checkpoint not stored (%s): read-your-writes "
+                "for this thread waits for the worker",
+                type(e).__name__,
+            )
+
+    def close(self) -> None:
+        self._connections.force_close_all()
+        self._redis.close()
+
+
+def _redis_client(settings: ProducerSettings) -> redis.Redis:
+    """Redis for sequence numbers: bounded like the broker, and no retry of its own."""
+    t = settings.publish_timeout
+    return redis.Redis.from_url(
+        settings.redis_url,
+        socket_timeout=t,
+        socket_connect_timeout=t,
+        retry=Retry(NoBackoff(), 0),
+    )
+
+
+# --- concurrency helpers ----------------------------------------------------------
+
+
+class _KeyLocks:
+    """Striped locks: a key always gets the same lock; different keys rarely share one."""
+
+    def __init__(self, stripes: int = KEY_LOCK_STRIPES) -> None:
+        self._locks = [threading.Lock() for _ in range(stripes)]
+
+    def __call__(self, key: str) -> threading.Lock:
+        return self._locks[stable_hash(key) % len(self._locks)]
+
+
+class _Gate:
+    """Counts calls in progress, so closing can wait for them before releasing anything."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._busy = 0
+        self.closed = False
+
+    @contextmanager
+    def entered(self) -> Iterator[None]:
+        with self._cond:
+            if self.closed:
+                raise ProducerClosed("the producer is closed")
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy -= 1
+                self._cond.notify_all()
+
+    def shut(self, timeout: float) -> bool:
+        """Refuse new calls; True once the running ones finished (within ``timeout``)."""
+        with self._cond:
+            self.closed = True
+            return self._cond.wait_for(lambda: self._busy == 0, timeout)
+
+
+class _Flusher:
+    """The background thread that drains the spool, backing off while delivery fails."""
+
+    def __init__(self, drain: Callable[[], bool]) -> None:
+        self._drain = drain
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tulip-spool-flusher", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float) -> None:
+        self._stopping.set()
+        self._wake.set()
+        self._thread.join(timeout)
+
+    def _drain_logged(self) -> bool:
+        try:
+            return self._drain()
+        except Exception:  # e.g. the spool's disk failing: keep the thread alive, say why
+            log.exception("draining the spool failed")
+            return False
+
+    def _run(self) -> None:
+        delay = RETRY_MIN_DELAY
+        while not self._stopping.is_set():  # first pass at once: a previous run may have left rows
+            if self._drain_logged():
+                delay = RETRY_MIN_DELAY
+                self._wake.wait(IDLE_POLL)
+                self._wake.clear()
+            else:  # new rows do not shorten the backoff: only stopping does
+                self._stopping.wait(delay)
+                delay = min(2 * delay, RETRY_MAX_DELAY)
+
+
+# --- the producer -----------------------------------------------------------------
+
+
+class Producer:
+    """Publishes memory events for a chat backend; thread-safe; see the module docstring."""
+
+    def __init__(
+        self, settings: ProducerSettings, *, claims: ClaimCheckStore | None = None
+    ) -> None:
+        self.settings = settings
+        claims = claims or ClaimCheckStore.from_url(
+            settings.claim_check_url, endpoint_url=settings.s3_endpoint_url
+        )
+        self._publisher = _Publisher(settings, claims)  # connects lazily
+        self._spool = Spool(settings.spool_dir)
+        self._key_locks = _KeyLocks()
+        self._gate = _Gate()
+        self._close_lock = threading.Lock()
+        self._degraded = False
+        self._flusher = _Flusher(self._drain)
+
+    @classmethod
+    def from_env(cls) -> Self:
+        return cls(ProducerSettings.from_env())
+
+    @classmethod
+    def from_urls(cls, broker_url: str, redis_url: str = "", **options: Any) -> Self:
+        """A producer on explicit URLs; ``options`` are other :class:`ProducerSettings` fields."""
+        return cls(ProducerSettings(broker_url=broker_url, redis_url=redis_url, **options))
+
+    @property
+    def spooled(self) -> int:
+        """How many events wait in the spool for the broker."""
+        return len(self._spool)
+
+    def session_ended(
+        self,
+        namespace: tuple[str, ...],
+        thread_id: str,
+        messages: Sequence[Message] | Sequence[Mapping[str, Any]],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Publish a ``session.ended`` event (or spool it); returns its event id.
+
+        Bad input raises (``TypeError``/``ValueError``/:class:`EventError`) before
+        anything is published or spooled.
+        """
+        env = events.session_ended(
+            namespace, thread_id, _message_list(messages), metadata, ts=time.time()
+        )
+        text = encode(env)  # proves the event is valid JSON before it goes anywhere
+        with self._gate.entered(), self._key_locks(env.key):
+            if self._spool or not self._try_publish(env):
+                self._spool.append(text)
+                self._flusher.wake()
+        return env.id
+
+    def checkpoint_saved(self, thread_id: str, state: AgentState | Mapping[str, Any]) -> str:
+        """Publish a thread's new state (or spool it); returns its checkpoint id.
+
+        The state first becomes the thread's pending state in Redis, so
+        ``Reader.load`` returns it before any worker has written it (read your writes).
+        A state that is not JSON-serializable is refused before anything happens.
+        """
+        data = state.to_checkpoint() if isinstance(state, AgentState) else dict(state)
+        checkpoint_id = uuid.uuid4().hex
+        env = events.checkpoint_saved(thread_id, checkpoint_id, data, ts=time.time())
+        text = encode(env)
+        with self._gate.entered(), self._key_locks(env.key):
+            self._publisher.put_pending(thread_id, checkpoint_id, data)
+            if self._spool or not self._try_publish(env):
+                self._spool.append(text)
+                self._flusher.wake()
+        return checkpoint_id
+
+    def republish(self, encoded: str) -> None:
+        """Publish an event again exactly as it was, sequence number included.
+
+        For dead-letter replays: the workers' sequence fencing keeps a late replay from
+        rolling back newer rows. Not spooled: a failure raises :class:`PublishError`,
+        so the operator's replay can keep the dead letter.
+        """
+        env = decode(encoded)
+        if env.seq is None:
+            raise EventError("only a published event (one with a seq) can be republished", env.id)
+        with self._gate.entered():
+            try:
+                self._publisher.send(env, encoded)
+            except Exception as e:
+                raise PublishError(env.id, repr(e)) from e
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Deliver spooled events; True once the spool is empty, False on timeout."""
+        with self._gate.entered():
+            return self._flush_until(_deadline(timeout))
+
+    def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
+        """Stop the flusher, try one last bounded flush, release connections. Idempotent.
+
+        Events still spooled stay on disk; the next producer on this spool directory
+        delivers them.
+        """
+        with self._close_lock:
+            if self._gate.closed:
+                return
+            deadline = _deadline(timeout)
+            self._gate.shut(_left(deadline) or 0.0)
+            self._flusher.stop(_left(deadline) or 0.0)
+            self._drain(deadline)
+            self._publisher.close()
+            self._spool.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _try_publish(self, env: Envelope) -> bool:
+        # Any failure to hand the event over must not lose it: the caller spools it and
+        # the flusher retries. The error is logged, not raised, on the request path.
+        try:
+            self._publisher.publish(env)
+        except Exception as e:
+            self._on_failure(env, e)
+            return False
+        return True
+
+    def _flush_until(self, deadline: float | None) -> bool:
+        delay = RETRY_MIN_DELAY
+        while not self._drain(deadline):
+            left = _left(deadline)
+            if (left is not None and left <= 0) or self._gate.closed:
+                return False
+            time.sleep(delay if left is None else min(delay, left))
+            delay = min(2 * delay, RETRY_MAX_DELAY)
+        return True
+
+    def _drain(self, deadline: float | None = None) -> bool:
+        """One pass: publish spooled rows in order until empty (True), a failure or the deadline."""
+        delivered = 0
+        with self._spool.draining() as mine:
+            if not mine:
+                return False  # another thread or process is draining right now
+            while batch := self._spool.peek(FLUSH_BATCH):
+                for row in batch:
+                    if _expired(deadline) or not self._deliver(row):
+                        return False
+                    delivered += 1
+        if delivered:
+            self._degraded = False
+            log.info("delivered %d spooled events; the spool is empty", delivered)
+        return True
+
+    def _deliver(self, row: SpooledEvent) -> bool:
+        try:
+            env = decode(row.envelope)
+        except EventError as e:  # only a schema change or a damaged file can cause this
+            log.error("spooled row %d cannot be decoded and blocks the spool: %s", row.id, e)
+            return False
+        if not self._try_publish(env):
+            return False
+        self._spool.remove(row.id)
+        return True
+
+    def _on_failure(self, env: Envelope, error: Exception) -> None:
+        if not self._degraded:
+            self._degraded = True
+            log.warning("cannot publish (%r); spooling events until the broker is back", error)
+        else:
+            log.debug("publish of %s failed again: %r", env.id, error)
+
+
+class AsyncProducer:
+    """:class:`Producer` for asyncio: the same calls as coroutines, run in worker threads.
+
+    Calls for one key pass through an asyncio lock first, so they reach the producer
+    in the order they were made, even when gathered. Use one event loop per instance.
+    """
+
+    def __init__(
+        self, settings: ProducerSettings, *, claims: ClaimCheckStore | None = None
+    ) -> None:
+        self.sync = Producer(settings, claims=claims)
+        self._key_locks = [asyncio.Lock() for _ in range(KEY_LOCK_STRIPES)]
+
+    @classmethod
+    def from_env(cls) -> Self:
+        return cls(ProducerSettings.from_env())
+
+    @classmethod
+    def from_urls(cls, broker_url: str, redis_url: str = "", **options: Any) -> Self:
+        return cls(ProducerSettings(broker_url=broker_url, redis_url=redis_url, **options))
+
+    @property
+    def spooled(self) -> int:
+        return self.sync.spooled
+
+    async def session_ended(
+        self,
+        namespace: tuple[str, ...],
+        thread_id: str,
+        messages: Sequence[Message] | Sequence[Mapping[str, Any]],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> str:
+        lock = self._key_locks[stable_hash(namespace_key(namespace)) % KEY_LOCK_STRIPES]
+        async with lock:
+            return await asyncio.to_thread(
+                self.sync.session_ended, namespace, thread_id, messages, metadata
+            )
+
+    # ``timeout`` as in Producer: a bound the worker thread honours and reports
+    # (False), not a cancellation, which would leave the thread running.
+    async def checkpoint_saved(self, thread_id: str, state: AgentState | Mapping[str, Any]) -> str:
+        lock = self._key_locks[stable_hash(thread_id) % KEY_LOCK_STRIPES]
+        async with lock:
+            return await asyncio.to_thread(self.sync.checkpoint_saved, thread_id, state)
+
+    async def flush(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        return await asyncio.to_thread(self.sync.flush, timeout)
+
+    async def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:  # noqa: ASYNC109
+        await asyncio.to_thread(self.sync.close, timeout)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+def _message_list(messages: Any) -> list[Any]:
+    """The messages as a list, with a clear error for anything that is not one."""
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+        raise TypeError(f"messages must be a list of messages, got {type(messages).__name__}")
+    for i, m in enumerate(messages):
+        if not isinstance(m, Message | Mapping):
+            raise TypeError(f"messages[{i}] must be a Message or a dict, got {type(m).__name__}")
+    return [m if isinstance(m, Message) else dict(m) for m in messages]
+
+
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _expired(deadline: float | None) -> bool:
+    left = _left(deadline)
+    return left is not None and left <= 0

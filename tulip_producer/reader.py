@@ -1,0 +1,197 @@
+"""The synchronous read path: recall straight from Postgres, event status from the
+ledger. No broker and no worker is involved in a read.
+
+``AsyncReader`` is the implementation; ``Reader`` runs it on a private event loop
+thread for synchronous backends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from tulip_memory._portal import Portal
+from tulip_memory.compactor import LLMCompactor
+from tulip_memory.config import store_from_env
+from tulip_memory.ledger import APPLIED, DEAD, EventLedger
+from tulip_memory.manager import Memory, MemoryType
+from tulip_memory.messages import Message
+from tulip_memory.registry import BaseCheckpointer, get_checkpointer
+from tulip_memory.state import AgentState
+from tulip_memory.store import PgMemory
+from tulip_memory.store.validation import validate_namespace
+from tulip_memory.summaries import SummaryStore, compacted_view
+from tulip_memory.turns import TurnHit
+from tulip_wire.pending import PendingStates, pending_states
+
+T = TypeVar("T")
+TYPES = tuple(t.value for t in MemoryType)
+State = Literal["pending", "applied", "dead"]
+View = Literal["full", "compacted"]
+
+
+@dataclass(frozen=True)
+class EventStatus:
+    event_id: str
+    state: State
+    reason: str | None = None
+    memories: int | None = None
+
+
+class AsyncReader:
+    def __init__(
+        self,
+        store: PgMemory,
+        *,
+        checkpointer: BaseCheckpointer | None = None,
+        pending: PendingStates | None = None,
+    ) -> None:
+        self.store = store
+        self.checkpointer = checkpointer
+        self.pending = pending
+        self._ledger = EventLedger()
+        self._ledger_ready = False
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> AsyncReader:
+        """Postgres from ``TULIP_DATABASE_URL``; checkpoints from ``TULIP_CHECKPOINT_URL``
+        and the pending overlay from ``TULIP_REDIS_URL`` when they are set."""
+        env = os.environ if environ is None else environ
+        url = env.get("TULIP_CHECKPOINT_URL", "")
+        redis_url = env.get("TULIP_REDIS_URL") or env.get("TULIP_BROKER_URL", "")
+        return cls(
+            store_from_env(env),
+            checkpointer=get_checkpointer(url) if url else None,
+            pending=pending_states(redis_url),
+        )
+
+    async def load(
+        self, thread_id: str, checkpoint_id: str | None = None, view: View = "full"
+    ) -> AgentState | None:
+        """The thread's state: its pending state when one waits in Redis (read your
+        writes: it is always the newest published), else the checkpoint store's.
+
+        ``view="compacted"``: system prompt + anchor turns + the stored background
+        summary + the turns after it; when the summary is missing or stale, the
+        compactor's own behaviour (:class:`~tulip_memory.compactor.LLMCompactor` with
+        ``TULIP_CONTEXT_LENGTH``), never a wrong window.
+        """
+        if view not in ("full", "compacted"):
+            raise ValueError(f"view must be 'full' or 'compacted', got {view!r}")
+        state = await self._load(thread_id, checkpoint_id)
+        if state is None or view == "full":
+            return state
+        return state.with_messages(await self._compacted(thread_id, list(state.messages)))
+
+    async def _load(self, thread_id: str, checkpoint_id: str | None) -> AgentState | None:
+        if self.pending is not None:
+            waiting = await asyncio.to_thread(self.pending.get, thread_id)
+            if waiting is not None and checkpoint_id in (None, waiting.checkpoint_id):
+                return AgentState.from_checkpoint(waiting.state)
+        if self.checkpointer is None:
+            raise ValueError("no checkpoint store configured (TULIP_CHECKPOINT_URL)")
+        return await self.checkpointer.load(thread_id, checkpoint_id)
+
+    async def _compacted(self, thread_id: str, messages: list[Message]) -> list[Message]:
+        storage = getattr(self.checkpointer, "storage", None)
+        summary = None if storage is None else await SummaryStore(storage).get(thread_id)
+        view = compacted_view(messages, summary)
+        if view is not None:
+            return view
+        context = int(os.environ.get("TULIP_CONTEXT_LENGTH", "128000"))
+        return await LLMCompactor(context_length=context).async_apply(messages)
+
+    async def recall(
+        self, namespace: tuple[str, ...], query: str | None, limit: int = 10
+    ) -> list[Memory]:
+        """The ``limit`` memories of ``namespace`` most relevant to ``query`` (most
+        recent without one), across every memory type, in one statement."""
+        ns = validate_namespace(namespace)
+        hits = await self.store.search_across([(*ns, t) for t in TYPES], query, limit)
+        out = []
+        for hit in hits:
+            try:
+                out.append(Memory.from_store_value(hit.item.value))
+            except (KeyError, TypeError, ValueError):
+                continue  # not a memory value (written outside the pipeline)
+        return out
+
+    async def recall_turns(
+        self,
+        namespace: tuple[str, ...],
+        query: str,
+        top_k: int = 5,
+        threshold: float | None = None,
+    ) -> list[TurnHit]:
+        """The completed turns of ``namespace`` most relevant to ``query`` (hybrid BM25 +
+        cosine, complete whatever other tenants hold); ``turn_index`` is the turn's
+        position within its session."""
+        matches = await self.store.search_turns(namespace, query, top_k, threshold)
+        return [TurnHit(m.score, m.turn, m.position, m.text, m.metadata) for m in matches]
+
+    async def status(self, event_id: str) -> EventStatus:
+        """``pending`` until a worker applied the event or gave up on it."""
+        async with self.store.transaction("_reader") as tx:
+            if not self._ledger_ready:
+                await self._ledger.ensure(tx.conn)
+                self._ledger_ready = True
+            entry = await self._ledger.get(tx.conn, event_id)
+        if entry is None or entry.status not in (APPLIED, DEAD):
+            return EventStatus(event_id, "pending")
+        state: State = "applied" if entry.status == APPLIED else "dead"
+        return EventStatus(event_id, state, entry.reason, entry.memories)
+
+    async def close(self) -> None:
+        await self.store.close()
+
+
+class Reader:
+    """Blocking :class:`AsyncReader` for synchronous chat backends."""
+
+    def __init__(self, store: PgMemory | AsyncReader) -> None:
+        self._portal = Portal("tulip-reader")
+        self.aio = store if isinstance(store, AsyncReader) else AsyncReader(store)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Reader:
+        return cls(AsyncReader.from_env(environ))
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._portal.call(coro)
+
+    def recall(
+        self, namespace: tuple[str, ...], query: str | None, limit: int = 10
+    ) -> list[Memory]:
+        return self._call(self.aio.recall(namespace, query, limit))
+
+    def recall_turns(
+        self,
+        namespace: tuple[str, ...],
+        query: str,
+        top_k: int = 5,
+        threshold: float | None = None,
+    ) -> list[TurnHit]:
+        return self._call(self.aio.recall_turns(namespace, query, top_k, threshold))
+
+    def status(self, event_id: str) -> EventStatus:
+        return self._call(self.aio.status(event_id))
+
+    def load(
+        self, thread_id: str, checkpoint_id: str | None = None, view: View = "full"
+    ) -> AgentState | None:
+        return self._call(self.aio.load(thread_id, checkpoint_id, view))
+
+    def close(self) -> None:
+        try:
+            self._call(self.aio.close())
+        finally:
+            self._portal.close()
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

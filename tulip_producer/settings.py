@@ -1,0 +1,126 @@
+"""Producer settings: one typed, frozen object, read from the environment once.
+
+Every value is checked when the settings are built, so a typo in a URL scheme or a
+non-numeric timeout fails at startup with the variable's name, not at the first
+publish in production.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from tulip_wire.claimcheck import DEFAULT_SPOOL_DIR, claim_check_url_from_env
+
+DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_EXTRACT_SHARDS = 4
+DEFAULT_CHECKPOINT_SHARDS = 4
+#: Read-your-writes overlay lifetime: far longer than any queue backlog should last.
+DEFAULT_PENDING_TTL = 7 * 24 * 3600.0
+DEFAULT_PUBLISH_TIMEOUT = 1.0
+DEFAULT_MAX_EVENT_BYTES = 256 * 1024
+
+BROKER_SCHEMES = frozenset({"redis", "rediss", "unix", "redis+socket", "amqp", "amqps", "pyamqp"})
+REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+CLAIM_CHECK_SCHEMES = frozenset({"file", "s3", "memory"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProducerSettings:
+    """Where the producer publishes, spools and stores large payloads.
+
+    ``redis_url`` (sequence numbers) defaults to ``broker_url``; ``claim_check_url``
+    defaults to ``file://<spool_dir>/claims``. Both defaults are resolved on
+    construction, so every field holds its effective value.
+    """
+
+    broker_url: str = DEFAULT_BROKER_URL
+    redis_url: str = ""
+    spool_dir: Path = field(default_factory=lambda: Path(DEFAULT_SPOOL_DIR))
+    extract_shards: int = DEFAULT_EXTRACT_SHARDS
+    checkpoint_shards: int = DEFAULT_CHECKPOINT_SHARDS
+    pending_ttl: float = DEFAULT_PENDING_TTL
+    publish_timeout: float = DEFAULT_PUBLISH_TIMEOUT
+    claim_check_url: str = ""
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    s3_endpoint_url: str | None = None
+
+    def __post_init__(self) -> None:
+        spool_dir = Path(self.spool_dir).absolute()
+        object.__setattr__(self, "spool_dir", spool_dir)
+        object.__setattr__(self, "redis_url", self.redis_url or self.broker_url)
+        claims = self.claim_check_url or f"file://{spool_dir / 'claims'}"
+        object.__setattr__(self, "claim_check_url", claims)
+        _check_url("broker_url", self.broker_url, BROKER_SCHEMES)
+        _check_url("redis_url", self.redis_url, REDIS_SCHEMES, hint=_REDIS_HINT)
+        _check_url("claim_check_url", self.claim_check_url, CLAIM_CHECK_SCHEMES)
+        _check_positive("extract_shards", self.extract_shards)
+        _check_positive("checkpoint_shards", self.checkpoint_shards)
+        _check_timeout("pending_ttl", self.pending_ttl)
+        _check_positive("max_event_bytes", self.max_event_bytes)
+        _check_timeout("publish_timeout", self.publish_timeout)
+
+    @property
+    def broker_is_amqp(self) -> bool:
+        return urlsplit(self.broker_url).scheme in {"amqp", "amqps", "pyamqp"}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ProducerSettings:
+        """Settings from ``TULIP_*`` variables; a malformed value raises ``ValueError``."""
+        env = os.environ if environ is None else environ
+        spool_dir = Path(env.get("TULIP_SPOOL_DIR") or DEFAULT_SPOOL_DIR)
+        return cls(
+            broker_url=env.get("TULIP_BROKER_URL") or DEFAULT_BROKER_URL,
+            redis_url=env.get("TULIP_REDIS_URL", ""),
+            spool_dir=spool_dir,
+            extract_shards=_int(env, "TULIP_EXTRACT_SHARDS", DEFAULT_EXTRACT_SHARDS),
+            checkpoint_shards=_int(env, "TULIP_CHECKPOINT_SHARDS", DEFAULT_CHECKPOINT_SHARDS),
+            pending_ttl=_float(env, "TULIP_PENDING_TTL", DEFAULT_PENDING_TTL),
+            publish_timeout=_float(env, "TULIP_PUBLISH_TIMEOUT", DEFAULT_PUBLISH_TIMEOUT),
+            claim_check_url=claim_check_url_from_env(env),
+            max_event_bytes=_int(env, "TULIP_MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),
+            s3_endpoint_url=env.get("TULIP_S3_ENDPOINT_URL") or None,
+        )
+
+
+_REDIS_HINT = "set TULIP_REDIS_URL when the broker is not Redis"
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name) or str(default)
+    try:
+        return int(raw)
+    except ValueError as e:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from e
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name) or str(default)
+    try:
+        return float(raw)
+    except ValueError as e:
+        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from e
+
+
+def _check_url(name: str, url: str, schemes: frozenset[str], hint: str = "") -> None:
+    scheme = urlsplit(url).scheme
+    if scheme not in schemes:
+        extra = f" ({hint})" if hint else ""
+        raise ValueError(
+            f"{name}: unsupported URL scheme {scheme!r} in {url!r}; "
+            f"expected one of {sorted(schemes)}{extra}"
+        )
+
+
+def _check_positive(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _check_timeout(name: str, value: float) -> None:
+    if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")

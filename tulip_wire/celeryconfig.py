@@ -1,0 +1,78 @@
+"""Every Celery setting in one place, read from the environment (12-factor).
+
+Queues are declared explicitly on one direct exchange; ordered work (extraction per
+namespace, checkpoints per thread) goes to numbered shard queues that each have exactly
+one single-process consumer. Delivery is at-least-once: a task is acknowledged only
+after it finished (``acks_late``), returned to the queue if its worker dies, and a
+worker holds one message at a time.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import parse_qs, urlsplit
+
+from kombu import Exchange, Queue
+
+from tulip_wire.env import positive_int
+
+EXTRACT_SHARDS = positive_int("TULIP_EXTRACT_SHARDS", 4)
+CHECKPOINT_SHARDS = positive_int("TULIP_CHECKPOINT_SHARDS", 4)
+#: Longer than any task may run, so Redis never redelivers a message still in work.
+VISIBILITY_TIMEOUT = positive_int("TULIP_VISIBILITY_TIMEOUT", 2 * 60 * 60)
+TASK_TIME_LIMIT = positive_int("TULIP_TASK_TIME_LIMIT", 30 * 60)
+
+
+def kombu_url(url: str) -> str:
+    """redis-py's ``unix://path?db=N`` (what ``tulip-memory dev`` writes) as kombu
+    spells it: ``redis+socket://path?virtual_host=N``. The producer uses it too."""
+    parts = urlsplit(url)
+    if parts.scheme != "unix":
+        return url
+    db = parse_qs(parts.query).get("db", [""])[0]
+    return f"redis+socket://{parts.path}" + (f"?virtual_host={db}" if db else "")
+
+
+broker_url = kombu_url(os.environ.get("TULIP_BROKER_URL", "redis://127.0.0.1:6379/0"))
+_rabbit = broker_url.startswith(("amqp", "pyamqp"))
+
+exchange = Exchange("memory", type="direct", durable=True)
+# RabbitMQ hands an ordered queue to one consumer at a time even if two attach.
+_ordered_args = {"x-single-active-consumer": True} if _rabbit else {}
+
+
+def _queue(name: str, ordered: bool) -> Queue:
+    return Queue(
+        name,
+        exchange,
+        routing_key=name,
+        durable=True,
+        queue_arguments=_ordered_args if ordered else {},
+    )
+
+
+task_queues = (
+    *[_queue(f"memory.extract.{k}", True) for k in range(EXTRACT_SHARDS)],
+    *[_queue(f"memory.checkpoint.{k}", True) for k in range(CHECKPOINT_SHARDS)],
+    _queue("memory.summarize", False),
+    _queue("memory.reindex", False),
+    _queue("memory.deadletter", False),
+)
+task_default_exchange = exchange.name
+task_create_missing_queues = False
+
+task_acks_late = True
+task_reject_on_worker_lost = True
+worker_prefetch_multiplier = 1
+task_time_limit = TASK_TIME_LIMIT
+broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT}
+broker_connection_retry_on_startup = True
+
+task_serializer = "json"
+result_serializer = "json"
+accept_content = ["json"]
+event_serializer = "json"
+
+worker_send_task_events = True
+task_send_sent_event = True
+task_track_started = True

@@ -1,0 +1,235 @@
+"""Claim-check: a payload too large for the broker travels by reference.
+
+The producer stores the payload and publishes a :class:`PayloadRef` (URL, sha256,
+size); the worker fetches it and gets exactly those bytes or an :class:`EventError`
+naming what is wrong (missing, wrong size, wrong digest), so a tampered or truncated
+object is dead-lettered with its reason instead of being applied.
+
+Objects live under one root URL, at ``<root>/<id[:2]>/<id>.json``: the event id is 32
+hex digits (checked), so keys are safe on every backend and spread over 256 prefixes.
+Backends: ``file:///dir``, ``s3://bucket/prefix`` (any S3 API) and ``memory://name``
+(process-local, for tests and development).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from tulip_memory.errors import TulipMemoryError
+from tulip_wire.events import EventError, PayloadRef
+
+_EVENT_ID = re.compile(r"[0-9a-f]{32}")
+_KEY = re.compile(r"(?P<fan>[0-9a-f]{2})/(?P<id>[0-9a-f]{32})\.json")
+
+
+DEFAULT_SPOOL_DIR = "./.tulip-spool"
+
+
+def claim_check_url_from_env(env: Mapping[str, str]) -> str:
+    """Where claim checks live, by the one rule producers and workers share:
+    ``TULIP_CLAIM_CHECK_URL``, else ``<TULIP_CHECKPOINT_URL>/claims``, else
+    ``file://<TULIP_SPOOL_DIR>/claims`` (absolute)."""
+    explicit = env.get("TULIP_CLAIM_CHECK_URL")
+    if explicit:
+        return explicit
+    checkpoints = env.get("TULIP_CHECKPOINT_URL", "").rstrip("/")
+    if checkpoints:
+        return f"{checkpoints}/claims"
+    spool_dir = Path(env.get("TULIP_SPOOL_DIR") or DEFAULT_SPOOL_DIR).absolute()
+    return f"file://{spool_dir / 'claims'}"
+
+
+class ClaimCheckUnavailable(TulipMemoryError):
+    """The claim-check store could not be reached or written; worth retrying later."""
+
+    def __init__(self, url: str, cause: str) -> None:
+        self.url = url
+        super().__init__(f"claim-check store {url} unavailable: {cause}")
+
+
+class _Objects(Protocol):
+    """The only two things a backend does: write bytes at a key, read them back."""
+
+    def write(self, key: str, data: bytes) -> None: ...
+
+    def read(self, key: str) -> bytes | None: ...
+
+
+@dataclass(frozen=True)
+class ClaimCheckStore:
+    """Stores payloads by event id and returns them verified."""
+
+    root: str
+    objects: _Objects
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, endpoint_url: str | None = None, timeout: float = 10.0
+    ) -> ClaimCheckStore:
+        """A store for ``file:///dir``, ``s3://bucket/prefix`` or ``memory://name``.
+
+        For S3 the endpoint is ``endpoint_url``, else ``TULIP_S3_ENDPOINT_URL``, else
+        AWS; the bucket must exist (nothing is created implicitly).
+        """
+        parts = urlsplit(url)
+        if parts.scheme == "file":
+            return _file_store(url)
+        if parts.scheme == "s3":
+            endpoint = endpoint_url or os.environ.get("TULIP_S3_ENDPOINT_URL") or None
+            return _s3_store(url, endpoint, timeout)
+        if parts.scheme == "memory":
+            return _memory_store(url)
+        raise ValueError(f"claim-check URL must be file://, s3:// or memory://, got {url!r}")
+
+    def put(self, event_id: str, data: bytes) -> PayloadRef:
+        """Store ``data`` for ``event_id``; the reference says how to check it."""
+        if not _EVENT_ID.fullmatch(event_id):
+            raise EventError(f"claim-check needs a 32 hex digit event id, got {event_id!r}")
+        key = f"{event_id[:2]}/{event_id}.json"
+        self.objects.write(key, bytes(data))
+        digest = hashlib.sha256(data).hexdigest()
+        return PayloadRef(url=f"{self.root}/{key}", sha256=digest, size=len(data))
+
+    def get(self, ref: PayloadRef) -> bytes:
+        """The payload's bytes, exactly as stored; :class:`EventError` otherwise."""
+        key, event_id = self._key(ref)
+        data = self.objects.read(key)
+        if data is None:
+            raise EventError(f"claim-check payload missing: {ref.url}", event_id)
+        if len(data) != ref.size:
+            raise EventError(
+                f"claim-check payload {ref.url} is {len(data)} bytes, the reference says "
+                f"{ref.size} (truncated or replaced)",
+                event_id,
+            )
+        if hashlib.sha256(data).hexdigest() != ref.sha256:
+            raise EventError(
+                f"claim-check payload {ref.url} does not match its sha256 (tampered or corrupt)",
+                event_id,
+            )
+        return data
+
+    def _key(self, ref: PayloadRef) -> tuple[str, str | None]:
+        """The object key of ``ref``, refusing URLs outside this store."""
+        prefix = f"{self.root}/"
+        key = ref.url[len(prefix) :] if ref.url.startswith(prefix) else ""
+        match = _KEY.fullmatch(key)
+        if match is None or match["fan"] != match["id"][:2]:
+            raise EventError(f"payload_ref {ref.url!r} is not an object of the store {self.root}")
+        return key, match["id"]
+
+
+@dataclass(frozen=True)
+class _FileObjects:
+    directory: Path
+
+    def write(self, key: str, data: bytes) -> None:
+        path = self.directory / key
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)  # readers see the whole object or none
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise ClaimCheckUnavailable(str(self.directory), repr(e)) from e
+
+    def read(self, key: str) -> bytes | None:
+        try:
+            return (self.directory / key).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise ClaimCheckUnavailable(str(self.directory), repr(e)) from e
+
+
+@dataclass(frozen=True)
+class _S3Objects:
+    bucket: str
+    prefix: str
+    client: Any
+
+    def write(self, key: str, data: bytes) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.put_object(
+                Bucket=self.bucket, Key=self._full(key), Body=data, ContentType="application/json"
+            )
+        except (BotoCoreError, ClientError) as e:
+            raise ClaimCheckUnavailable(f"s3://{self.bucket}", repr(e)) from e
+
+    def read(self, key: str) -> bytes | None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self._full(key))["Body"]
+            return bytes(body.read())
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                return None
+            raise ClaimCheckUnavailable(f"s3://{self.bucket}", repr(e)) from e
+        except BotoCoreError as e:
+            raise ClaimCheckUnavailable(f"s3://{self.bucket}", repr(e)) from e
+
+    def _full(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+
+_MEMORY_SPACES: dict[str, dict[str, bytes]] = {}
+_MEMORY_LOCK = threading.Lock()
+
+
+class _MemoryObjects:
+    """Objects in this process only; every store on the same URL shares them."""
+
+    def __init__(self, name: str) -> None:
+        with _MEMORY_LOCK:
+            self._objects = _MEMORY_SPACES.setdefault(name, {})
+
+    def write(self, key: str, data: bytes) -> None:
+        with _MEMORY_LOCK:
+            self._objects[key] = data
+
+    def read(self, key: str) -> bytes | None:
+        with _MEMORY_LOCK:
+            return self._objects.get(key)
+
+
+def _file_store(url: str) -> ClaimCheckStore:
+    parts = urlsplit(url)
+    if parts.netloc not in {"", "localhost"} or not parts.path.startswith("/"):
+        raise ValueError(f"file claim-check URL must be file:///absolute/dir, got {url!r}")
+    directory = Path(parts.path.rstrip("/") or "/")
+    return ClaimCheckStore(f"file://{directory}", _FileObjects(directory))
+
+
+def _s3_store(url: str, endpoint: str | None, timeout: float) -> ClaimCheckStore:
+    import boto3
+    from botocore.config import Config
+
+    parts = urlsplit(url)
+    if not parts.netloc:
+        raise ValueError(f"S3 claim-check URL must be s3://bucket/prefix, got {url!r}")
+    prefix = parts.path.strip("/")
+    config = Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 2})
+    client = boto3.client("s3", endpoint_url=endpoint, config=config)
+    root = f"s3://{parts.netloc}/{prefix}" if prefix else f"s3://{parts.netloc}"
+    return ClaimCheckStore(root, _S3Objects(parts.netloc, prefix, client))
+
+
+def _memory_store(url: str) -> ClaimCheckStore:
+    name = (urlsplit(url).netloc + urlsplit(url).path).rstrip("/")
+    return ClaimCheckStore(f"memory://{name}", _MemoryObjects(name))

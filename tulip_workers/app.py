@@ -1,0 +1,11 @@
+"""The Celery application; every setting comes from ``tulip_wire.celeryconfig``."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from tulip_workers.redelivery import install as install_redelivery
+
+app = Celery("tulip_memory", include=["tulip_workers.tasks"])
+app.config_from_object("tulip_wire.celeryconfig")
+install_redelivery(app)

@@ -1,0 +1,72 @@
+"""Dead letters from a shell: list, show, replay (``tulip-memory dlq ...``).
+
+An operator works across tenants, so these run on an administrator connection
+(``TULIP_DATABASE_ADMIN_URL``: a role that bypasses row-level security). A replay
+re-publishes the event exactly as it was, original sequence number included, so
+the fencing of memory rows keeps a late replay from rolling back newer facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tulip_memory.ledger import EventLedger
+from tulip_wire.events import EventError, decode
+from tulip_workers.deadletters import DeadLetter, DeadLetters
+
+Republish = Callable[[str], None]
+
+
+async def list_dead(
+    conn: Any, *, limit: int = 50, include_replayed: bool = False
+) -> list[DeadLetter]:
+    return await DeadLetters().list(conn, limit=limit, include_replayed=include_replayed)
+
+
+async def show(conn: Any, event_id: str) -> DeadLetter:
+    letter = await DeadLetters().get(conn, event_id)
+    if letter is None:
+        raise LookupError(f"no dead letter with event id {event_id!r}")
+    return letter
+
+
+async def replay(conn: Any, event_id: str, republish: Republish) -> DeadLetter:
+    """Re-publish a dead letter; the ledger lets the worker apply it once more."""
+    letter = await show(conn, event_id)
+    try:
+        decode(letter.body)
+    except EventError as e:
+        raise ValueError(
+            f"event {event_id} cannot be replayed: it is malformed ({e.reason}); "
+            "fix the producer and publish a new event"
+        ) from e
+    # Marked first and committed, so the worker that receives the event applies it;
+    # a failed publish puts the marks back and the dead letter stays listed.
+    async with conn.transaction():
+        await EventLedger().mark_replaying(conn, event_id)
+        await DeadLetters().mark_replayed(conn, event_id)
+    try:
+        republish(letter.body)
+    except BaseException:
+        async with conn.transaction():
+            await EventLedger().record_dead(
+                conn,
+                event_id=event_id,
+                type=letter.type or "unknown",
+                key=letter.key or "",
+                seq=letter.seq,
+                reason=letter.reason,
+                attempts=0,
+            )
+            await DeadLetters().put(conn, letter)
+        raise
+    return letter
+
+
+def describe(letter: DeadLetter) -> str:
+    return (
+        f"{letter.event_id}  {letter.failed_at:%Y-%m-%d %H:%M:%S}  tenant={letter.tenant}  "
+        f"type={letter.type}  seq={letter.seq}  attempts={letter.attempts}"
+        f"{'  (replayed)' if letter.replayed_at else ''}\n    {letter.reason}"
+    )

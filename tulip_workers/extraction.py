@@ -1,0 +1,148 @@
+"""Apply one ``session.ended`` event: extract, embed, and write the memories and the
+session's turns together with the event's ledger row, exactly once, in order.
+
+The whole effect of an event (memory upserts fenced by its sequence number, pruning,
+turns, the ledger row) commits in one transaction, so a redelivered event is a no-op
+and an older event never overwrites what a newer one wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tulip_memory.manager import Memory, MemoryType
+from tulip_memory.manager.block import strip_memory_blocks
+from tulip_memory.messages import Message, message_id
+from tulip_memory.store.postgres.store import TurnsIn
+from tulip_memory.times import TIME_FIELD, iso, parse_time, stated_time
+from tulip_wire.events import Envelope, decode_messages
+from tulip_workers.event_worker import APPLIED, DEAD, DUPLICATE, AlreadyApplied, EventWorker
+from tulip_workers.extractors import Extractor
+from tulip_workers.turns import Clock, SessionTurns, session_turns, turn_context
+
+__all__ = ["APPLIED", "DEAD", "DUPLICATE", "ExtractionWorker"]
+
+TYPES = tuple(t.value for t in MemoryType)
+
+
+@dataclass(kw_only=True)
+class ExtractionWorker(EventWorker):
+    extractor: Extractor
+    max_memories: int = 50
+
+    async def _apply(self, env: Envelope, attempt: int) -> str:
+        payload = await self._payload(env)
+        ns, thread = tuple(payload["namespace"]), payload["thread_id"]
+        metadata = payload.get("metadata", {})
+        clock = Clock(stated_time(metadata), env.ts)
+        messages = strip_memory_blocks(decode_messages(payload))
+        said = stamped(messages, clock)
+        memories = await self.extractor(said, await self._existing(ns))
+        items = [memory_item(ns, m, env, thread, said) for m in memories]
+        session = await self._turns(env, ns, thread, messages, clock, metadata)
+        batch, turns = await self.store.prepare_event(
+            items, TurnsIn(ns, thread, env.id, session.rows)
+        )
+        completion = None
+        if session.completion is not None and session.completes is not None:
+            done = TurnsIn(ns, thread, session.completes.event_id, [session.completion])
+            _, completion = await self.store.prepare_event([], done)
+        try:
+            async with self.store.transaction(ns[0]) as tx:
+                claimed = await self.ledger.claim(
+                    tx.conn,
+                    event_id=env.id,
+                    type=env.type,
+                    key=env.key,
+                    seq=env.seq,
+                    attempts=attempt,
+                    memories=len(items),
+                )
+                if not claimed:
+                    raise AlreadyApplied
+                if batch is not None:
+                    await tx.write(batch, source_seq=env.seq)
+                if turns is not None:
+                    await tx.write_turns(turns, source_seq=env.seq)
+                if completion is not None and session.completes is not None:
+                    seq = session.completes.source_seq
+                    await tx.write_turns(completion, source_seq=seq, replace=True)
+                for kind in {m.type.value for m in memories}:
+                    await tx.prune((*ns, kind), self.max_memories)
+        except AlreadyApplied:
+            return DUPLICATE
+        return APPLIED
+
+    async def _turns(
+        self,
+        env: Envelope,
+        ns: tuple[str, ...],
+        thread: str,
+        messages: list[Message],
+        clock: Clock,
+        metadata: dict[str, Any],
+    ) -> SessionTurns:
+        """The session's turns, and the thread's open turn its first reply completes."""
+        context = turn_context(ns, thread, env.id, metadata)
+        last = None
+        if messages and env.seq is not None:
+            last = await self.store.last_turn(ns, thread, env.seq)
+        return session_turns(messages, clock=clock, context=context, open_turn=last)
+
+    async def _existing(self, ns: tuple[str, ...]) -> list[Memory]:
+        found = await self.store.search_many([(*ns, t) for t in TYPES], None, self.max_memories)
+        out = []
+        for items in found:
+            for item in items:
+                try:
+                    out.append(Memory.from_store_value(item.value))
+                except (KeyError, TypeError, ValueError):
+                    continue  # a row written outside the pipeline, not a memory
+        return out
+
+
+def stamped(messages: Sequence[Message], clock: Clock) -> list[Message]:
+    """The messages an extractor reads: each with its time in ``metadata["timestamp"]``
+    (epoch seconds, by :mod:`tulip_memory.times`' rule)."""
+    return [replace(m, metadata={**m.metadata, TIME_FIELD: clock.of(m)}) for m in messages]
+
+
+def memory_item(
+    ns: tuple[str, ...], memory: Memory, env: Envelope, thread_id: str, said: Sequence[Message]
+) -> tuple[tuple[str, ...], str, Any, dict[str, Any] | None]:
+    """The store write of one memory, with where and when it was said.
+
+    ``source_ids``: the ids the extractor named that are ids of this session's
+    messages (anything else a model returns is dropped); ``observed_at``: the latest
+    time of those messages, else the time the extractor read off its message, else the
+    session's last message's (the publish time for a session without messages).
+    """
+    times = {i: m.metadata[TIME_FIELD] for m in said if (i := message_id(m)) is not None}
+    named = memory.metadata.get("source_ids")
+    sources = [i for i in dict.fromkeys(named) if i in times] if isinstance(named, list) else []
+    observed = _observed(memory, [times[i] for i in sources], said, env.ts)
+    value = memory.to_store_value()
+    value["metadata"] = {
+        **value["metadata"],
+        "observed_at": iso(observed),
+        "source_ids": sources,
+        "updated_at": iso(env.ts),
+        "source_event": env.id,
+        "source_seq": env.seq,
+        "thread_id": thread_id,
+    }
+    indexed = {"observed_at": observed, "source_ids": sources}
+    return (*ns, memory.type.value), memory.key, value, indexed
+
+
+def _observed(
+    memory: Memory, source_times: list[float], said: Sequence[Message], ts: float
+) -> float:
+    if source_times:
+        return max(source_times)
+    try:
+        return parse_time(memory.metadata["observed_at"])
+    except (KeyError, ValueError):
+        return float(said[-1].metadata[TIME_FIELD]) if said else ts

@@ -1,0 +1,194 @@
+"""A counting semaphore in Redis that bounds work across processes and hosts.
+
+Used to cap in-flight LLM calls over every worker (``TULIP_LLM_MAX_INFLIGHT``,
+invariant 7). Each holder owns a *lease*: a member of one sorted set whose score is
+the lease's expiry on the Redis server's clock. Admission is one Lua script that first
+drops expired leases and then admits only while fewer than ``limit`` remain, so a
+holder that crashes (SIGKILL, lost host) frees its slot when its lease runs out, and
+the clocks of the worker hosts never matter. A holder that may outlive its lease calls
+:meth:`RedisSemaphore.renew`.
+
+Waiting is polling with short jittered pauses; the async API runs each Redis round
+trip in a thread (never blocking the event loop) and shares the pause schedule with
+the sync API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+
+import redis
+
+from tulip_memory.errors import TulipMemoryError
+from tulip_wire.env import positive_int, redis_url
+from tulip_workers.keys import SEMAPHORE_PREFIX
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_LLM_MAX_INFLIGHT = 8
+#: How long a caller waits for a slot unless it says otherwise: long enough to ride out
+#: a burst of slow LLM calls, short enough that a stuck semaphore surfaces as an error.
+DEFAULT_TIMEOUT = 120.0
+_FIRST_PAUSE = 0.01
+_MAX_PAUSE = 0.25
+
+logger = logging.getLogger(__name__)
+
+
+class SemaphoreTimeout(TulipMemoryError, TimeoutError):
+    """No slot became free within ``timeout`` seconds."""
+
+    def __init__(self, name: str, limit: int, timeout: float) -> None:
+        self.name = name
+        self.limit = limit
+        self.timeout = timeout
+        super().__init__(f"semaphore {name!r} (limit {limit}) had no free slot in {timeout:g}s")
+
+
+class RedisSemaphore:
+    """At most ``limit`` holders of ``name`` at once, over every process using Redis."""
+
+    def __init__(
+        self, client: redis.Redis, name: str, limit: int, lease_seconds: float = 60.0
+    ) -> None:
+        _check_args(name, limit, lease_seconds)
+        self.client = client
+        self.name = name
+        self.limit = limit
+        self.lease_seconds = lease_seconds
+        self.key = f"{SEMAPHORE_PREFIX}{name}"
+        self._acquire = client.register_script(_lua("semaphore_acquire.lua"))
+        self._renew = client.register_script(_lua("semaphore_renew.lua"))
+        self._release = client.register_script(_lua("semaphore_release.lua"))
+
+    @property
+    def _lease_ms(self) -> int:
+        return max(1, round(self.lease_seconds * 1000))
+
+    def try_acquire(self) -> str | None:
+        """One admission attempt, without waiting: a holder token, or ``None`` if full."""
+        token = uuid.uuid4().hex
+        admitted = self._acquire(keys=[self.key], args=[self.limit, self._lease_ms, token])
+        return token if admitted == 1 else None
+
+    def acquire(self, timeout: float = DEFAULT_TIMEOUT) -> str:
+        """Wait up to ``timeout`` seconds for a slot; returns the holder token."""
+        for pause in _pauses(timeout):
+            time.sleep(pause)
+            if token := self.try_acquire():
+                return token
+        raise SemaphoreTimeout(self.name, self.limit, timeout)
+
+    # The deadline is part of the contract (SemaphoreTimeout names the semaphore), and
+    # the same word as the sync API; callers may still wrap it in asyncio.timeout.
+    async def aacquire(self, timeout: float = DEFAULT_TIMEOUT) -> str:  # noqa: ASYNC109
+        """:meth:`acquire` for coroutines: the event loop keeps running while it waits."""
+        for pause in _pauses(timeout):
+            await asyncio.sleep(pause)
+            if token := await self._try_acquire_off_loop():
+                return token
+        raise SemaphoreTimeout(self.name, self.limit, timeout)
+
+    def release(self, token: str) -> bool:
+        """Give the slot back. ``False`` (and no harm done) if the token is unknown or its
+        lease had expired: then the holder may have overlapped a later one."""
+        return int(self._release(keys=[self.key], args=[token])) == 1
+
+    def renew(self, token: str) -> bool:
+        """Extend a live lease by ``lease_seconds`` from now; ``False`` if it had expired."""
+        return int(self._renew(keys=[self.key], args=[token, self._lease_ms])) == 1
+
+    def holders(self) -> int:
+        """How many leases are live now (for metrics and tests)."""
+        seconds, micros = self.client.time()
+        now_ms = seconds * 1000 + micros // 1000
+        return int(self.client.zcount(self.key, f"({now_ms}", "+inf"))
+
+    @contextmanager
+    def slot(self, timeout: float = DEFAULT_TIMEOUT) -> Iterator[str]:
+        """Hold a slot for the ``with`` block; yields the token (for :meth:`renew`)."""
+        token = self.acquire(timeout)
+        try:
+            yield token
+        finally:
+            self._check_released(self.release(token))
+
+    @asynccontextmanager
+    async def aslot(self, timeout: float = DEFAULT_TIMEOUT) -> AsyncIterator[str]:  # noqa: ASYNC109
+        """Hold a slot for the ``async with`` block; yields the token."""
+        token = await self.aacquire(timeout)
+        try:
+            yield token
+        finally:
+            # Runs to the end in its thread even if this task is cancelled meanwhile.
+            self._check_released(await asyncio.to_thread(self.release, token))
+
+    def _check_released(self, held: bool) -> None:
+        if not held:
+            logger.warning(
+                "semaphore %r: a lease of %gs expired while held, so the limit of %d may "
+                "have been exceeded; renew() long holders or raise lease_seconds",
+                self.name,
+                self.lease_seconds,
+                self.limit,
+            )
+
+    async def _try_acquire_off_loop(self) -> str | None:
+        attempt = asyncio.ensure_future(asyncio.to_thread(self.try_acquire))
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            # The thread finishes anyway; a slot it wins has no owner, so give it back.
+            attempt.add_done_callback(self._release_orphan)
+            raise
+
+    def _release_orphan(self, attempt: asyncio.Future[str | None]) -> None:
+        if attempt.cancelled() or attempt.exception() is not None:
+            return
+        if token := attempt.result():
+            asyncio.get_running_loop().run_in_executor(None, self.release, token)
+
+
+def semaphore_from_env(name: str = "llm", lease_seconds: float = 60.0) -> RedisSemaphore:
+    """The semaphore ``name`` on ``TULIP_REDIS_URL`` (else a Redis ``TULIP_BROKER_URL``),
+    limited to ``TULIP_LLM_MAX_INFLIGHT``."""
+    url = _redis_url_from_env()
+    limit = positive_int("TULIP_LLM_MAX_INFLIGHT", DEFAULT_LLM_MAX_INFLIGHT)
+    return RedisSemaphore(redis.Redis.from_url(url), name, limit, lease_seconds)
+
+
+def _redis_url_from_env() -> str:
+    return redis_url() or DEFAULT_REDIS_URL
+
+
+def _pauses(timeout: float) -> Iterator[float]:
+    """Pauses before each attempt: none first, then jittered and growing, ending at the
+    deadline (so the last attempt happens at ``timeout``)."""
+    if not math.isfinite(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be a finite number >= 0, got {timeout!r}")
+    deadline = time.monotonic() + timeout
+    yield 0.0
+    step = _FIRST_PAUSE
+    while (left := deadline - time.monotonic()) > 0:
+        yield min(left, random.uniform(step / 2, step))
+        step = min(step * 2, _MAX_PAUSE)
+
+
+def _check_args(name: str, limit: int, lease_seconds: float) -> None:
+    if not name:
+        raise ValueError("semaphore name must not be empty")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
+    if not math.isfinite(lease_seconds) or lease_seconds < 0.001:
+        raise ValueError(f"lease_seconds must be a finite number >= 0.001, got {lease_seconds!r}")
+
+
+def _lua(name: str) -> str:
+    return (Path(__file__).parent / "lua" / name).read_text(encoding="utf-8")
