@@ -50,7 +50,7 @@ from tulip_memory.delta import (
     DeltaCheckpointer,
     DeltaStorage,
     FileDeltaStorage,
-    InMemoryDeltaStorage,
+    InMemoryObjectStorage,
     ObjectPage,
     S3DeltaStorage,
 )
@@ -444,7 +444,7 @@ async def sweep(threads: list[Thread], depths: list[int], samples: int) -> None:
         stored = log_stored = written = written_log = saves = trips = 0
         gets: list[int] = []
         for thread in threads:
-            inner = InMemoryDeltaStorage()
+            inner = InMemoryObjectStorage()
             counted = CountingStorage(inner)
             cp = DeltaCheckpointer(counted, max_chain_depth=depth)
             ids = [await cp.save(s, "t") for s in thread.states]
@@ -502,7 +502,7 @@ def moto_server() -> Iterator[str]:
 @contextmanager
 def open_storage(args: argparse.Namespace) -> Iterator[DeltaStorage]:
     if args.storage == "memory":
-        yield InMemoryDeltaStorage()
+        yield InMemoryObjectStorage()
     elif args.storage == "file":
         with tempfile.TemporaryDirectory(prefix="tulip-bench-") as d:
             yield FileDeltaStorage(d, fsync=False)

@@ -13,7 +13,7 @@ import pytest
 from tulip_memory.delta import (
     DeltaStorage,
     FileDeltaStorage,
-    InMemoryDeltaStorage,
+    InMemoryObjectStorage,
     ObjectPage,
     S3DeltaStorage,
 )
@@ -74,7 +74,7 @@ async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     """A fresh, empty storage of each backend."""
     backend: DeltaStorage
     if request.param == "memory":
-        backend = InMemoryDeltaStorage()
+        backend = InMemoryObjectStorage()
     elif request.param == "file":
         backend = FileDeltaStorage(tmp_path / "checkpoints", fsync=False)
     else:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.delta.conftest import grow
-from tulip_memory.delta import InMemoryDeltaStorage
+from tulip_memory.delta import InMemoryObjectStorage
 from tulip_memory.delta.codec import encode_state
 from tulip_memory.delta.layout import (
     Policy,
@@ -96,7 +96,7 @@ def test_bad_policies_fail_early(bad: dict[str, Any]) -> None:
 
 
 async def test_epochs_restart_when_older_than_max_epoch_age() -> None:
-    storage = InMemoryDeltaStorage()
+    storage = InMemoryObjectStorage()
     log = storage.thread("t", Policy(max_epoch_age=timedelta(days=1)))
     hour = 3600 * 10**6
     for i, state in enumerate(grow(6)):

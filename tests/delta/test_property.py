@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tulip_memory.delta import DeltaCheckpointer, InMemoryDeltaStorage
+from tulip_memory.delta import DeltaCheckpointer, InMemoryObjectStorage
 from tulip_memory.messages import Message, Role, ToolCall
 from tulip_memory.state import AgentState
 
@@ -71,7 +71,7 @@ def step(state: AgentState, op: tuple[Any, ...]) -> AgentState:
 
 
 async def run(depth: int, sequence: list[tuple[Any, ...]]) -> None:
-    cp = DeltaCheckpointer(InMemoryDeltaStorage(), max_chain_depth=depth)
+    cp = DeltaCheckpointer(InMemoryObjectStorage(), max_chain_depth=depth)
     saved: dict[str, AgentState] = {}
     order: list[str] = []
     state = AgentState()

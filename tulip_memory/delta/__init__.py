@@ -1,8 +1,11 @@
 """Delta checkpointing (``tulip.memory.delta``): per-thread state stored as what changed.
 
 :class:`DeltaCheckpointer` is the seed's checkpointer; :class:`DeltaStorage` the storage
-contract, with :class:`InMemoryDeltaStorage`, :class:`FileDeltaStorage` and
-:class:`S3DeltaStorage` (any S3 API) as backends.
+contract, with :class:`FileDeltaStorage`, :class:`S3DeltaStorage` (any S3 API) and
+:class:`InMemoryObjectStorage` as backends of the layout below, and the seed's
+:class:`InMemoryDeltaStorage`, which keeps the records it is given (a storage written to
+the seed's ``store`` / ``retrieve`` / ``list_checkpoints`` / ``delete`` works the same
+way, see :mod:`tulip_memory.delta.records`).
 
 Layout
 ------
@@ -73,7 +76,7 @@ from tulip_memory.delta.errors import (
 )
 from tulip_memory.delta.file import FileDeltaStorage
 from tulip_memory.delta.layout import Policy
-from tulip_memory.delta.memory import InMemoryDeltaStorage
+from tulip_memory.delta.memory import InMemoryDeltaStorage, InMemoryObjectStorage
 from tulip_memory.delta.models import CheckpointMetadata, DeltaCheckpoint
 from tulip_memory.delta.s3 import S3DeltaStorage
 from tulip_memory.delta.storage import DeltaStorage, ObjectInfo, ObjectPage, ThreadPage
@@ -88,6 +91,7 @@ __all__ = [
     "DeltaStorageError",
     "FileDeltaStorage",
     "InMemoryDeltaStorage",
+    "InMemoryObjectStorage",
     "InvalidCheckpointIdError",
     "InvalidThreadIdError",
     "ObjectInfo",

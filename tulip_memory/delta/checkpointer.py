@@ -18,6 +18,7 @@ from tulip_memory.delta.log import ThreadLog
 from tulip_memory.delta.manifest import to_micros
 from tulip_memory.delta.memory import InMemoryDeltaStorage
 from tulip_memory.delta.models import CheckpointMetadata
+from tulip_memory.delta.records import RecordThreads
 from tulip_memory.delta.storage import DeltaStorage, ThreadPage
 from tulip_memory.state import AgentState
 
@@ -34,6 +35,11 @@ class DeltaCheckpointer:
     :mod:`tulip_memory.delta` for the layout and its bounds); ``max_epoch_age``
     (keyword-only, not in the seed) restarts the history with a snapshot once it is
     that old, which age-based bucket lifecycle rules rely on.
+
+    A storage implementing only the seed's record contract (``store`` / ``retrieve``
+    / ``list_checkpoints`` / ``delete``, as :class:`InMemoryDeltaStorage` does) gets the
+    seed's scheme instead: a chain of at most ``max_chain_depth`` deltas after each
+    full checkpoint (see :mod:`tulip_memory.delta.records`).
 
     Saves to one thread are serialised within this object; across processes the last
     write wins, as with every tulip checkpointer.
@@ -61,6 +67,10 @@ class DeltaCheckpointer:
 
     def _log(self, thread_id: str) -> ThreadLog:
         return self.storage.thread(thread_id, self.policy)
+
+    def _records(self) -> RecordThreads | None:
+        """The record path, when the storage keeps the seed's records itself."""
+        return None if self.storage.uses_layout else RecordThreads(self.storage, self.policy)
 
     @asynccontextmanager
     async def _writing(self, thread_id: str) -> AsyncIterator[None]:
@@ -99,9 +109,13 @@ class DeltaCheckpointer:
         _check_checkpoint_id(checkpoint_id)
         check_thread_id(thread_id)
         encoded = encode_state(state.to_checkpoint())
-        created = to_micros(datetime.now(UTC))
+        now = datetime.now(UTC)
+        records = self._records()
         async with self._writing(thread_id):
-            await self._log(thread_id).append(encoded, checkpoint_id, created)
+            if records is not None:
+                await records.save(encoded, thread_id, checkpoint_id, now)
+            else:
+                await self._log(thread_id).append(encoded, checkpoint_id, to_micros(now))
         return checkpoint_id
 
     async def load(
@@ -115,11 +129,17 @@ class DeltaCheckpointer:
         objects in one concurrent round trip, replayed and checked against the
         digest saved with it.
         """
-        data = await self._log(thread_id).load(checkpoint_id)
+        records = self._records()
+        if records is not None:
+            data = await records.state(thread_id, checkpoint_id)
+        else:
+            data = await self._log(thread_id).load(checkpoint_id)
         return None if data is None else AgentState.from_checkpoint(data)
 
     async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
         """List available checkpoint IDs, newest first (one GET)."""
+        if self._records() is not None:
+            return [m.checkpoint_id for m in await self.storage.list_checkpoints(thread_id, limit)]
         head = await self._log(thread_id).head()
         if head is None or limit <= 0:
             return []
@@ -127,12 +147,18 @@ class DeltaCheckpointer:
 
     async def get_metadata(self, thread_id: str, checkpoint_id: str) -> CheckpointMetadata | None:
         """Get metadata for a specific checkpoint."""
-        checkpoint = await self._log(thread_id).retrieve(checkpoint_id)
+        if self._records() is not None:
+            checkpoint = await self.storage.retrieve(thread_id, checkpoint_id)
+        else:
+            checkpoint = await self._log(thread_id).retrieve(checkpoint_id)
         return checkpoint.metadata if checkpoint else None
 
     async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
         """Delete checkpoint(s): one (its successor is rebased) or the whole thread."""
+        records = self._records()
         async with self._writing(thread_id):
+            if records is not None:
+                return await records.delete(thread_id, checkpoint_id)
             return await self.storage.delete(thread_id, checkpoint_id)
 
     async def get_storage_stats(self, thread_id: str) -> dict[str, Any]:
@@ -145,8 +171,19 @@ class DeltaCheckpointer:
         stored_bytes (bytes at rest: head and history objects), storage_objects and
         epochs.
         """
-        stats = await self._log(thread_id).stats(limit=1000)
-        listed = stats.checkpoints
+        if self._records() is not None:
+            listed = await self.storage.list_checkpoints(thread_id, limit=1000)
+            compressed = sum(m.compressed_size_bytes for m in listed)
+            full = sum(1 for m in listed if m.is_full)
+            layout = {"stored_bytes": compressed, "storage_objects": len(listed), "epochs": full}
+        else:
+            stats = await self._log(thread_id).stats(limit=1000)
+            listed = list(stats.checkpoints)
+            layout = {
+                "stored_bytes": stats.stored_bytes,
+                "storage_objects": stats.objects,
+                "epochs": stats.epochs,
+            }
         total = sum(m.size_bytes for m in listed)
         compressed = sum(m.compressed_size_bytes for m in listed)
         return {
@@ -156,9 +193,7 @@ class DeltaCheckpointer:
             "compression_ratio": total / compressed if compressed > 0 else 1.0,
             "full_checkpoints": sum(1 for m in listed if m.is_full),
             "delta_checkpoints": sum(1 for m in listed if not m.is_full),
-            "stored_bytes": stats.stored_bytes,
-            "storage_objects": stats.objects,
-            "epochs": stats.epochs,
+            **layout,
         }
 
     async def list_threads(self, limit: int | None = None) -> list[str]:

@@ -1,18 +1,27 @@
 """The storage contract of delta checkpointing (:class:`DeltaStorage`).
 
-A backend implements five byte-level operations, no more: read objects by key (one
-round trip: their GETs run concurrently), write, delete, list by prefix (paginated)
-and copy (server-side where the backend can). Everything the seed's contract does
-(``store``, ``retrieve``, ``list_checkpoints``, ``delete``) and the thread lifecycle
-(``list_threads``, ``copy_thread``) is built once, here, on those five, over the
-layout of :mod:`tulip_memory.delta` — so every backend stores the same objects and
-passes the same conformance suite.
+A backend implements one of two contracts:
+
+- the **object contract** (this project's): five byte-level operations, no more: read
+  objects by key (one round trip: their GETs run concurrently), write, delete, list by
+  prefix (paginated) and copy (server-side where the backend can). Everything the
+  seed's contract does (``store``, ``retrieve``, ``list_checkpoints``, ``delete``) and
+  the thread lifecycle (``list_threads``, ``copy_thread``) is built once, here, on
+  those five, over the layout of :mod:`tulip_memory.delta`, so every such backend
+  stores the same objects and passes the same conformance suite;
+- the **record contract** (the seed's): ``store`` / ``retrieve`` /
+  ``list_checkpoints`` / ``delete`` of whole :class:`DeltaCheckpoint` records, kept as
+  given. :class:`DeltaCheckpointer` then does the seed's delta chaining on top (see
+  :mod:`tulip_memory.delta.records`). Listing threads needs ``list_threads_page``
+  (optional); ``copy_thread`` works on the four.
+
+A subclass implementing neither completely cannot be instantiated (``TypeError``).
 """
 
 from __future__ import annotations
 
 import zlib
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +33,11 @@ from tulip_memory.delta.layout import Policy
 from tulip_memory.delta.log import ThreadLog
 from tulip_memory.delta.manifest import to_micros
 from tulip_memory.delta.models import CheckpointMetadata, DeltaCheckpoint
+from tulip_memory.delta.records import copy_records
+
+#: The seed's abstract methods, and this project's.
+RECORD_METHODS = ("store", "retrieve", "list_checkpoints", "delete")
+OBJECT_METHODS = ("read_objects", "write_objects", "delete_objects", "list_objects")
 
 
 @dataclass(frozen=True)
@@ -54,28 +68,49 @@ class ThreadPage:
     next_page_token: str | None
 
 
-class DeltaStorage(ABC):
+class DeltaStorage(ABC):  # noqa: B024 - abstract through one of two contracts, see __new__
     """Abstract storage backend for delta checkpoints."""
 
-    # -- the backend contract: bytes by key ------------------------------------------
+    def __new__(cls, *args: object, **kwargs: object) -> DeltaStorage:
+        if not (_implements(cls, RECORD_METHODS) or _implements(cls, OBJECT_METHODS)):
+            raise TypeError(
+                f"Can't instantiate abstract class {cls.__name__}: implement the record "
+                f"contract ({', '.join(RECORD_METHODS)}) or the object contract "
+                f"({', '.join(OBJECT_METHODS)})"
+            )
+        return super().__new__(cls)
 
-    @abstractmethod
+    @property
+    def uses_layout(self) -> bool:
+        """Whether checkpoints go through this package's layout (the object contract);
+        False when the storage implements the seed's record methods itself."""
+        return not _implements(type(self), RECORD_METHODS)
+
+    # -- the object contract: bytes by key -------------------------------------------
+
     async def read_objects(self, keys: Sequence[str]) -> dict[str, bytes | None]:
         """The bytes at each key (None if absent), in one round trip."""
+        raise self._no_objects()
 
-    @abstractmethod
     async def write_objects(self, objects: Mapping[str, bytes]) -> None:
         """Write each object whole (readers see all of it or the previous one)."""
+        raise self._no_objects()
 
-    @abstractmethod
     async def delete_objects(self, keys: Sequence[str]) -> None:
         """Delete the keys; absent keys are not an error."""
+        raise self._no_objects()
 
-    @abstractmethod
     async def list_objects(
         self, prefix: str, *, start_after: str | None = None, limit: int = 1000
     ) -> ObjectPage:
         """Keys starting with ``prefix`` and after ``start_after``, in key order."""
+        raise self._no_objects()
+
+    def _no_objects(self) -> NotImplementedError:
+        return NotImplementedError(
+            f"{type(self).__name__} implements the record contract "
+            f"({', '.join(RECORD_METHODS)}), not the object contract this needs"
+        )
 
     async def copy_objects(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
         """Copy ``(source, dest)`` pairs; returns the sources that were missing.
@@ -99,6 +134,11 @@ class DeltaStorage(ABC):
         self, page_size: int = 100, page_token: str | None = None
     ) -> ThreadPage:
         """One page of thread ids, in storage order (hash-spread, stable)."""
+        if not self.uses_layout:
+            raise NotImplementedError(
+                f"{type(self).__name__} keeps records only: override list_threads_page "
+                "to list its threads"
+            )
         page = await self.list_objects(HEADS, start_after=page_token, limit=page_size)
         resolved = [head_key_thread(k) for k in page.keys]
         names = (
@@ -141,8 +181,11 @@ class DeltaStorage(ABC):
 
         History objects are copied server-side; the head is written from the bytes
         read, so the copy is consistent even while the source is being saved to.
-        Returns False when the source has no checkpoints.
+        Returns False when the source has no checkpoints. A record storage copies
+        record by record.
         """
+        if not self.uses_layout:
+            return await copy_records(self, source_thread_id, dest_thread_id)
         return await self.thread(source_thread_id).copy_to(self.thread(dest_thread_id))
 
     # -- the seed's contract ---------------------------------------------------------
@@ -181,3 +224,8 @@ class DeltaStorage(ABC):
         if checkpoint_id is None:
             return await log.drop()
         return await log.delete_checkpoint(checkpoint_id)
+
+
+def _implements(cls: type, methods: tuple[str, ...]) -> bool:
+    """Whether ``cls`` overrides every one of ``methods`` of :class:`DeltaStorage`."""
+    return all(getattr(cls, m) is not getattr(DeltaStorage, m) for m in methods)
