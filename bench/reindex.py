@@ -81,10 +81,10 @@ from tulip_memory.embeddings import BaseEmbedding, embedder_from_config
 from tulip_memory.reindex import Progress, Reindexer, ReindexError, ReindexJob
 from tulip_memory.store import PgMemory
 from tulip_memory.store.validation import content_of
+from tulip_wire.topology import REINDEX_QUEUE
 
 OLD_MODEL = "hashing:384"
 NAMESPACE = "facts"
-REINDEX_QUEUE = "memory.reindex"  # workers.reindexing.REINDEX_QUEUE (imported late)
 SEED_CHUNK = 250
 WATCH_INTERVAL = 0.1
 JOB_TIMEOUT = 900.0
@@ -663,10 +663,8 @@ def celery_send(broker_url: str) -> Callable[[int, int], None]:
         raise BenchError(
             "tulip_wire.celeryconfig was imported before the bench set TULIP_BROKER_URL"
         )
-    from tulip_workers.reindexing import REINDEX_QUEUE as queue
     from tulip_workers.reindexing import send_reindex_batch
 
-    assert queue == REINDEX_QUEUE
     return send_reindex_batch
 
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tulip_producer import ShardRouter, stable_hash
-from tulip_wire import celeryconfig
+from tulip_wire import celeryconfig, topology
 
 
 def test_stable_hash_is_the_same_in_every_process() -> None:
@@ -45,6 +45,24 @@ def test_declared_queues_cover_every_shard_and_role() -> None:
     assert set(ShardRouter("memory.checkpoint", celeryconfig.CHECKPOINT_SHARDS).queues()) <= names
     assert {"memory.summarize", "memory.reindex", "memory.deadletter"} <= names
     assert all(q.routing_key == q.name for q in celeryconfig.task_queues)
+
+
+def test_celeryconfig_declares_exactly_the_topology() -> None:
+    declared = [
+        (q.name, q.exchange.name, bool(q.queue_arguments)) for q in celeryconfig.task_queues
+    ]
+    specs = topology.declared_queues(celeryconfig.EXTRACT_SHARDS, celeryconfig.CHECKPOINT_SHARDS)
+    rabbit = celeryconfig.broker_url.startswith(("amqp", "pyamqp"))
+    assert declared == [(q.name, topology.EXCHANGE, q.ordered and rabbit) for q in specs]
+
+
+def test_the_workers_register_every_task_of_the_topology() -> None:
+    from tulip_workers.app import app
+
+    app.loader.import_default_modules()
+    names = {topology.EXTRACT_TASK, topology.CHECKPOINT_TASK}
+    names |= {topology.SUMMARIZE_TASK, topology.REINDEX_TASK}
+    assert names <= set(app.tasks)
 
 
 def test_reliability_settings() -> None:

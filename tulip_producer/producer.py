@@ -53,11 +53,7 @@ from tulip_wire.events import (
 )
 from tulip_wire.pending import PendingStates
 from tulip_wire.routing import ShardRouter, stable_hash
-
-#: Redis key prefixes of the producer (one place, like arq's constants).
-SEQ_KEY_PREFIX = "tulip:seq:"
-EXTRACT_QUEUE_PREFIX = "memory.extract"
-CHECKPOINT_QUEUE_PREFIX = "memory.checkpoint"
+from tulip_wire.topology import CHECKPOINT_QUEUE_PREFIX, EXTRACT_QUEUE_PREFIX, SEQ_KEY_PREFIX
 
 KEY_LOCK_STRIPES = 64
 FLUSH_BATCH = 100
@@ -117,11 +113,11 @@ def extract_queues(settings: ProducerSettings) -> list[Queue]:
     refuses a queue redeclared with other arguments, so ordered queues carry
     ``x-single-active-consumer`` here as in ``tulip_wire.celeryconfig``.
     """
-    from tulip_wire import celeryconfig
+    from tulip_wire.celeryconfig import kombu_queue
 
-    args = {"x-single-active-consumer": True} if settings.broker_is_amqp else {}
+    amqp = settings.broker_is_amqp
     return [
-        Queue(name, celeryconfig.exchange, routing_key=name, durable=True, queue_arguments=args)
+        kombu_queue(name, ordered=True, amqp=amqp)
         for router in routers(settings).values()
         for name in router.queues()
     ]

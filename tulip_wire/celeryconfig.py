@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from kombu import Exchange, Queue
 
+from tulip_wire import topology
 from tulip_wire.env import positive_int
 
 EXTRACT_SHARDS = positive_int("TULIP_EXTRACT_SHARDS", 4)
@@ -36,27 +37,20 @@ def kombu_url(url: str) -> str:
 broker_url = kombu_url(os.environ.get("TULIP_BROKER_URL", "redis://127.0.0.1:6379/0"))
 _rabbit = broker_url.startswith(("amqp", "pyamqp"))
 
-exchange = Exchange("memory", type="direct", durable=True)
-# RabbitMQ hands an ordered queue to one consumer at a time even if two attach.
-_ordered_args = {"x-single-active-consumer": True} if _rabbit else {}
+exchange = Exchange(topology.EXCHANGE, type="direct", durable=True)
 
 
-def _queue(name: str, ordered: bool) -> Queue:
-    return Queue(
-        name,
-        exchange,
-        routing_key=name,
-        durable=True,
-        queue_arguments=_ordered_args if ordered else {},
-    )
+def kombu_queue(name: str, *, ordered: bool, amqp: bool) -> Queue:
+    """A queue as every side declares it. RabbitMQ hands an ordered queue to one
+    consumer at a time even if two attach, and refuses a redeclaration with other
+    arguments, so producers and workers must agree on these."""
+    args = {"x-single-active-consumer": True} if ordered and amqp else {}
+    return Queue(name, exchange, routing_key=name, durable=True, queue_arguments=args)
 
 
-task_queues = (
-    *[_queue(f"memory.extract.{k}", True) for k in range(EXTRACT_SHARDS)],
-    *[_queue(f"memory.checkpoint.{k}", True) for k in range(CHECKPOINT_SHARDS)],
-    _queue("memory.summarize", False),
-    _queue("memory.reindex", False),
-    _queue("memory.deadletter", False),
+task_queues = tuple(
+    kombu_queue(q.name, ordered=q.ordered, amqp=_rabbit)
+    for q in topology.declared_queues(EXTRACT_SHARDS, CHECKPOINT_SHARDS)
 )
 task_default_exchange = exchange.name
 task_create_missing_queues = False

@@ -30,13 +30,14 @@ from tulip_memory.messages import Message
 from tulip_memory.state import AgentState
 from tulip_memory.store.validation import NS_SEP, validate_namespace
 from tulip_memory.times import TIME_FIELD, stated_time
+from tulip_wire import topology
 
 SCHEMA_VERSION = 1
 SESSION_ENDED = "session.ended"
 CHECKPOINT_SAVED = "checkpoint.saved"
 EVENT_TYPES = frozenset({SESSION_ENDED, CHECKPOINT_SAVED})
 #: Celery task names the events are delivered to.
-TASKS = {SESSION_ENDED: "tulip.memory.extract", CHECKPOINT_SAVED: "tulip.memory.checkpoint"}
+TASKS = {SESSION_ENDED: topology.EXTRACT_TASK, CHECKPOINT_SAVED: topology.CHECKPOINT_TASK}
 MAX_KEY_CHARS = 2048
 MAX_THREAD_ID_CHARS = 512
 

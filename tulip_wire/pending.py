@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PENDING_KEY_PREFIX = "tulip:pending:"
+from tulip_wire.topology import PENDING_KEY_PREFIX
+
 _CAD = (Path(__file__).parent / "lua" / "pending_cad.lua").read_text()
 
 

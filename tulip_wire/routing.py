@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from tulip_wire.topology import shard_queue, shard_queues
+
 
 def stable_hash(key: str) -> int:
     """A 64-bit hash of ``key`` that never changes across processes or versions."""
@@ -31,7 +33,7 @@ class ShardRouter:
         return stable_hash(key) % self.shards
 
     def queue(self, key: str) -> str:
-        return f"{self.prefix}.{self.shard(key)}"
+        return shard_queue(self.prefix, self.shard(key))
 
     def queues(self) -> list[str]:
-        return [f"{self.prefix}.{k}" for k in range(self.shards)]
+        return shard_queues(self.prefix, self.shards)

@@ -30,8 +30,8 @@ from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
-#: Queues whose order matters; only these are restored (one consumer each).
-ORDERED_QUEUE_PREFIXES = ("memory.extract.", "memory.checkpoint.")
+from tulip_wire.topology import ORDERED_QUEUE_PREFIXES
+
 _EXIT_FAILURE = 1
 #: What redis-py returns for a key or value: bytes (kombu never decodes responses).
 _Raw = bytes | str
@@ -78,7 +78,9 @@ def restore_unacked(connection_or_channel: Any, queues: Iterable[str]) -> int:
 
 def ordered_queues(names: Iterable[str]) -> list[str]:
     """The shard queues among ``names`` (``memory.extract.*``, ``memory.checkpoint.*``)."""
-    return sorted(name for name in names if name.startswith(ORDERED_QUEUE_PREFIXES))
+    return sorted(
+        name for name in names if name.startswith(tuple(f"{p}." for p in ORDERED_QUEUE_PREFIXES))
+    )
 
 
 def restore_for_worker(app: Celery, queue_names: Iterable[str]) -> int:

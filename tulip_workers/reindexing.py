@@ -5,8 +5,8 @@ reindex``), so live extraction is never queued behind a reindex."""
 
 from __future__ import annotations
 
-REINDEX_TASK = "tulip.memory.reindex"
-REINDEX_QUEUE = "memory.reindex"
+from tulip_wire.topology import REINDEX_QUEUE, REINDEX_TASK
+
 #: Retries of a batch failing for a reason other than its model (a database blip).
 REINDEX_RETRIES = 5
 

@@ -20,14 +20,12 @@ from tulip_memory.reindex import Reindexer
 from tulip_memory.summarize import summary_model_from_env
 from tulip_wire.env import positive_int, redis_url
 from tulip_wire.pending import PendingStates, pending_states
+from tulip_wire.topology import SUMMARIZE_QUEUE, SUMMARIZE_TASK
 from tulip_workers.checkpoints import CheckpointWorker
 from tulip_workers.extraction import ExtractionWorker
 from tulip_workers.extractors import Extractor, LLMStep, SlotFactory, heuristic
 from tulip_workers.retry import RetryPolicy
 from tulip_workers.summarizer import SummaryScheduler, SummaryWorker
-
-SUMMARIZE_TASK = "tulip.thread.summarize"
-SUMMARIZE_QUEUE = "memory.summarize"
 
 T = TypeVar("T")
 

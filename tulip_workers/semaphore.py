@@ -29,7 +29,7 @@ import redis
 
 from tulip_memory.errors import TulipMemoryError
 from tulip_wire.env import positive_int, redis_url
-from tulip_workers.keys import SEMAPHORE_PREFIX
+from tulip_wire.topology import SEMAPHORE_PREFIX
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_LLM_MAX_INFLIGHT = 8

@@ -21,11 +21,10 @@ from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.messages import Message
 from tulip_memory.summaries import SummaryStore, summary_range
 from tulip_memory.summarize import Summary, extend_summary
+from tulip_wire.topology import SUMMARY_PENDING_PREFIX
 from tulip_workers.extractors import SlotFactory
 
 log = logging.getLogger(__name__)
-
-SUMMARY_PENDING_PREFIX = "tulip:summarize:"
 
 
 def thread_tokens(messages: list[Message]) -> int:

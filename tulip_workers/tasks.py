@@ -7,9 +7,10 @@ from typing import Any
 from celery.signals import worker_process_init
 
 from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED, TASKS
+from tulip_wire.topology import REINDEX_TASK, SUMMARIZE_TASK
 from tulip_workers.app import app
-from tulip_workers.reindexing import REINDEX_RETRIES, REINDEX_TASK
-from tulip_workers.runtime import SUMMARIZE_TASK, reset_after_fork, runtime
+from tulip_workers.reindexing import REINDEX_RETRIES
+from tulip_workers.runtime import reset_after_fork, runtime
 
 
 @app.task(name=TASKS[SESSION_ENDED], bind=True)  # type: ignore[untyped-decorator]

@@ -19,8 +19,8 @@ import redis
 from tests.producer.queues import with_db
 from tulip_ops.dev.embedded import EmbeddedRedis
 from tulip_producer import Producer, ProducerSettings
-from tulip_producer.producer import EXTRACT_QUEUE_PREFIX
 from tulip_wire.routing import ShardRouter
+from tulip_wire.topology import EXTRACT_QUEUE_PREFIX
 
 PRODUCER_TEST_DB = 11
 SHARDS = 4

@@ -19,14 +19,13 @@ from tests.producer.queues import by_key, take_all
 from tulip_memory.messages import Message, Role
 from tulip_producer import AsyncProducer, ClaimCheckStore, ProducerSettings
 from tulip_producer.producer import (
-    EXTRACT_QUEUE_PREFIX,
-    SEQ_KEY_PREFIX,
     PublishError,
     extract_queues,
 )
 from tulip_wire.celeryconfig import kombu_url
 from tulip_wire.events import TASKS, Envelope, EventError, namespace_key
 from tulip_wire.routing import ShardRouter
+from tulip_wire.topology import EXTRACT_QUEUE_PREFIX, SEQ_KEY_PREFIX
 
 ROUTER = ShardRouter(EXTRACT_QUEUE_PREFIX, SHARDS)
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"

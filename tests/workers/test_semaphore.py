@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from tulip_memory.errors import TulipMemoryError
-from tulip_workers.keys import SEMAPHORE_PREFIX
+from tulip_wire.topology import SEMAPHORE_PREFIX
 from tulip_workers.semaphore import RedisSemaphore, SemaphoreTimeout, semaphore_from_env
 
 ROOT = Path(__file__).resolve().parents[2]

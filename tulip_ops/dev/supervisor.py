@@ -22,12 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from tulip_wire.topology import (
+    CHECKPOINT_QUEUE_PREFIX,
+    EXTRACT_QUEUE_PREFIX,
+    REINDEX_QUEUE,
+    SUMMARIZE_QUEUE,
+)
+
 log = logging.getLogger(__name__)
 
 #: Ordered roles (one solo worker per shard queue ``<prefix>.<k>``).
-ROLES = {"extract": "memory.extract", "checkpoint": "memory.checkpoint"}
+ROLES = {"extract": EXTRACT_QUEUE_PREFIX, "checkpoint": CHECKPOINT_QUEUE_PREFIX}
 #: Unordered roles: one pooled worker on one queue.
-POOLED = {"summarize": "memory.summarize", "reindex": "memory.reindex"}
+POOLED = {"summarize": SUMMARIZE_QUEUE, "reindex": REINDEX_QUEUE}
 POOL_CONCURRENCY = 2
 
 
