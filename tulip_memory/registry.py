@@ -25,7 +25,8 @@ from datetime import timedelta
 from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
-from tulip_memory.delta import DeltaCheckpointer, FileDeltaStorage, S3DeltaStorage
+from tulip_memory.backends.s3 import S3Backend
+from tulip_memory.delta import DeltaCheckpointer, FileDeltaStorage
 from tulip_memory.errors import TulipMemoryError
 from tulip_memory.state import AgentState
 
@@ -104,26 +105,13 @@ def _s3(
     config_hint: str | None = None,
     bucket: str | None = None,
     prefix: str | None = None,
-    endpoint_url: str | None = None,
-    max_chain_depth: int = 5,
-    compression_level: int = 6,
-    max_epoch_age: timedelta | None = None,
-    **storage_options: Any,
-) -> DeltaCheckpointer:
+    **options: Any,
+) -> S3Backend:
     hinted_bucket, _, hinted_prefix = _hint(config_hint).partition("/")
     bucket = bucket or hinted_bucket
     if not bucket:
         raise ValueError("the s3 checkpointer needs a bucket: 's3:bucket' or 's3:bucket/prefix'")
-    endpoint = endpoint_url or os.environ.get("TULIP_S3_ENDPOINT_URL") or None
-    storage = S3DeltaStorage(
-        bucket,
-        prefix if prefix is not None else hinted_prefix,
-        endpoint_url=endpoint,
-        **storage_options,
-    )
-    return DeltaCheckpointer(
-        storage, max_chain_depth, compression_level, max_epoch_age=max_epoch_age
-    )
+    return S3Backend(bucket, prefix if prefix is not None else hinted_prefix, **options)
 
 
 _CHECKPOINTERS: dict[str, CheckpointerFactory] = {
@@ -151,7 +139,7 @@ def get_checkpointer(checkpointer_string: str, **kwargs: Any) -> BaseCheckpointe
     Examples:
         - "memory" -> DeltaCheckpointer(InMemoryDeltaStorage())
         - "file:./checkpoints" -> DeltaCheckpointer(FileDeltaStorage("./checkpoints"))
-        - "s3:my-bucket/threads" -> DeltaCheckpointer(S3DeltaStorage("my-bucket", "threads"))
+        - "s3:my-bucket/threads" -> S3Backend(bucket="my-bucket", prefix="threads")
 
     Raises:
         ValueError: If provider is unknown (:class:`UnknownCheckpointerError`)

@@ -49,15 +49,21 @@ class QueuedCheckpointer:
         await self.reader.close()
 
 
-def queued_factory(config_hint: str | None = None, **_: Any) -> QueuedCheckpointer:
+def queued_factory(
+    config_hint: str | None = None, *, inner: BaseCheckpointer | None = None, **_: Any
+) -> QueuedCheckpointer:
     """``queued:<inner>``: producer and reader from the environment, ``<inner>`` the
-    checkpoint store (default ``TULIP_CHECKPOINT_URL``)."""
+    checkpoint store (default ``TULIP_CHECKPOINT_URL``); a caller holding that store
+    already passes it as ``inner`` (``S3Backend(..., queued=True)`` does)."""
     import os
 
-    inner_name = config_hint or os.environ.get("TULIP_CHECKPOINT_URL", "")
-    if not inner_name:
-        raise ValueError("queued:<inner> needs the store the workers write, e.g. queued:s3:bucket")
-    inner = get_checkpointer(inner_name)
+    if inner is None:
+        inner_name = config_hint or os.environ.get("TULIP_CHECKPOINT_URL", "")
+        if not inner_name:
+            raise ValueError(
+                "queued:<inner> needs the store the workers write, e.g. queued:s3:bucket"
+            )
+        inner = get_checkpointer(inner_name)
     reader = AsyncReader.from_env()
     reader.checkpointer = inner
     return QueuedCheckpointer(AsyncProducer.from_env(), reader, inner)

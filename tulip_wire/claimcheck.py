@@ -41,11 +41,24 @@ def claim_check_url_from_env(env: Mapping[str, str]) -> str:
     explicit = env.get("TULIP_CLAIM_CHECK_URL")
     if explicit:
         return explicit
-    checkpoints = env.get("TULIP_CHECKPOINT_URL", "").rstrip("/")
+    checkpoints = _as_url(env.get("TULIP_CHECKPOINT_URL", "").rstrip("/"))
     if checkpoints:
         return f"{checkpoints}/claims"
     spool_dir = Path(env.get("TULIP_SPOOL_DIR") or DEFAULT_SPOOL_DIR).absolute()
     return f"file://{spool_dir / 'claims'}"
+
+
+def _as_url(checkpoints: str) -> str:
+    """A checkpointer string in URL form (``s3:b/p`` → ``s3://b/p``, ``file:./d`` →
+    ``file:///abs/d``), as the registry accepts both spellings."""
+    scheme, sep, rest = checkpoints.partition(":")
+    if not sep or rest.startswith("//"):
+        return checkpoints
+    if scheme == "s3":
+        return f"s3://{rest}"
+    if scheme == "file":
+        return f"file://{Path(rest).absolute()}"
+    return checkpoints
 
 
 class ClaimCheckUnavailable(TulipMemoryError):
