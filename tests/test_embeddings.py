@@ -22,8 +22,8 @@ from tulip_memory.embeddings import (
     embedder_from_config,
     embedder_from_env,
 )
-from tulip_memory.embeddings.litellm_embedder import retry_after_seconds
 from tulip_memory.errors import EmbeddingError
+from tulip_memory.model_calls import retry_after_of
 
 MODEL = "openai/test-embed"
 
@@ -282,7 +282,7 @@ def test_retry_after_header_forms() -> None:
     def hinted(headers: dict[str, str]) -> float | None:
         error = litellm_errors.RateLimitError(message="x", llm_provider="openai", model="m")
         error.litellm_response_headers = headers  # type: ignore[attr-defined]  # as litellm does
-        return retry_after_seconds(error)
+        return retry_after_of(error)
 
     later = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
     assert hinted({"Retry-After": "2"}) == 2.0

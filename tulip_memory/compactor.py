@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
@@ -47,8 +46,8 @@ from tulip_memory.events import (
     emit,
     emit_sync,
 )
-from tulip_memory.extract.llm import estimate_tokens
 from tulip_memory.messages import Message, Role
+from tulip_memory.model_calls import estimate_tokens, import_litellm
 from tulip_memory.summarize import Summary, fingerprint
 
 logger = logging.getLogger(__name__)
@@ -83,9 +82,7 @@ def estimate_message_tokens(message: Message) -> int:
 def litellm_token_counter(model: str) -> TokenCounter | None:
     """A counter using litellm's tokenizer for ``model``, or ``None`` when litellm does
     not know the model. Imports litellm."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
+    litellm = import_litellm()
     known = getattr(litellm, "model_cost", {})
     if model not in known and model.split("/", 1)[-1] not in known:
         return None

@@ -29,15 +29,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tulip_memory.errors import ModelCallError, TulipMemoryError
-from tulip_memory.extract.llm import (
+from tulip_memory.extract.prompt import render_transcript
+from tulip_memory.messages import Message, Role
+from tulip_memory.model_calls import (
     backoff_delay,
     estimate_tokens,
+    import_litellm,
     is_retryable,
     retry_after_of,
     status_of,
 )
-from tulip_memory.extract.prompt import render_transcript
-from tulip_memory.messages import Message, Role
 
 logger = logging.getLogger(__name__)
 
@@ -410,7 +411,7 @@ def _cut(line: str, budget: int, count: TokenCounter) -> str:
 async def _model_summary(
     previous: str | None, messages: Sequence[Message], model: str, config: SummarySettings
 ) -> str:
-    litellm = _litellm()
+    litellm = import_litellm()
     text = previous or ""
     lines = render_transcript(messages)
     for chunk in chunk_lines(lines, config.max_input_tokens, _counter(litellm, model)):
@@ -497,10 +498,3 @@ def _typed(value: Any, kind: type[Any]) -> Any:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise SummaryFormatError(f"expected {kind.__name__}, got {type(value).__name__}")
     return value
-
-
-def _litellm() -> Any:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    return litellm

@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tulip_memory.extract.llm import backoff_delay, estimate_tokens, parse_retry_after
 from tulip_memory.extract.parse import normalize_key, parse_items, validate_item, validate_items
 from tulip_memory.extract.prompt import (
     OMITTED,
@@ -18,6 +17,7 @@ from tulip_memory.extract.prompt import (
 )
 from tulip_memory.manager import Memory, MemoryType
 from tulip_memory.messages import Message, Role
+from tulip_memory.model_calls import backoff_delay, estimate_tokens, parse_retry_after
 
 ITEM = {"type": "user", "key": "name", "content": "The user is Ana."}
 

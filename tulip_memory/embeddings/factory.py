@@ -20,7 +20,8 @@ from collections.abc import Mapping
 
 from tulip_memory.embeddings.base import BaseEmbedding
 from tulip_memory.embeddings.hashing import HashingEmbedder
-from tulip_memory.embeddings.litellm_embedder import LiteLLMEmbedder, import_litellm
+from tulip_memory.embeddings.litellm_embedder import LiteLLMEmbedder
+from tulip_memory.model_calls import import_litellm
 
 DEFAULT_HASHING_DIMENSION = 384
 ENV_MODEL = "TULIP_EMBED_MODEL"

@@ -26,12 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import email.utils
 import functools
-import math
 import os
 import random
-import time
 import weakref
 from collections.abc import Mapping, Sequence
 from types import ModuleType
@@ -41,19 +38,16 @@ import numpy as np
 
 from tulip_memory.embeddings.base import BaseEmbedding, Vectors
 from tulip_memory.errors import EmbeddingError
+from tulip_memory.model_calls import (
+    backoff_delay,
+    import_litellm_async,
+    is_retryable,
+    retry_after_of,
+)
 
 PROVIDER_MAX_BATCH = 2048
 MAX_RETRY_AFTER = 120.0
 _PROBE_TEXT = "dimension probe"
-_RETRYABLE_STATUS = frozenset({408, 409, 429})
-_RETRYABLE_CLASSES = (
-    "RateLimitError",
-    "Timeout",
-    "APIConnectionError",
-    "InternalServerError",
-    "ServiceUnavailableError",
-    "BadGatewayError",
-)
 
 
 class LiteLLMEmbedder(BaseEmbedding):
@@ -166,12 +160,12 @@ class LiteLLMEmbedder(BaseEmbedding):
         return self.check(vectors, len(batch))
 
     async def _call_with_retries(self, batch: list[str]) -> Any:
-        litellm = await _litellm()
+        litellm = await import_litellm_async()
         for attempt in range(self.max_retries + 1):
             try:
                 return await litellm.aembedding(**self._request(litellm, batch))
             except Exception as e:
-                if not is_retryable(litellm, e) or attempt == self.max_retries:
+                if not is_retryable(e) or attempt == self.max_retries:
                     raise EmbeddingError(
                         f"embedding with {self._name!r} failed after {attempt + 1} "
                         f"attempt(s): {type(e).__name__}: {e}"
@@ -203,9 +197,8 @@ class LiteLLMEmbedder(BaseEmbedding):
 
     def _delay(self, attempt: int, error: BaseException) -> float:
         """Equal-jitter exponential backoff, but never less than the provider's Retry-After."""
-        backoff = min(self.backoff_max, self.backoff_base * 2**attempt)
-        delay = random.uniform(backoff / 2, backoff)  # jitter, not cryptography
-        hinted = retry_after_seconds(error)
+        delay = backoff_delay(attempt + 1, self.backoff_base, self.backoff_max, random.random())
+        hinted = retry_after_of(error)
         if hinted is not None:
             delay = max(delay, min(hinted, MAX_RETRY_AFTER))
         return delay
@@ -240,81 +233,6 @@ def _validate(
         )
     if request_dimensions and dimension is None:
         raise ValueError("request_dimensions=True needs an explicit dimension")
-
-
-_litellm_module: ModuleType | None = None
-
-
-def import_litellm() -> ModuleType:
-    """litellm, with the bundled model cost map: at import it would otherwise fetch one."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    return litellm
-
-
-async def _litellm() -> ModuleType:
-    """litellm, imported once in a worker thread so the event loop never stalls on it."""
-    global _litellm_module
-    if _litellm_module is None:
-        _litellm_module = await asyncio.to_thread(import_litellm)
-    return _litellm_module
-
-
-def is_retryable(litellm: ModuleType, error: BaseException) -> bool:
-    """Rate limits, timeouts, connection failures and server-side errors are worth retrying."""
-    classes = tuple(getattr(litellm, name) for name in _RETRYABLE_CLASSES)
-    if isinstance(error, (*classes, TimeoutError, ConnectionError)):
-        return True
-    status = getattr(error, "status_code", None)
-    return isinstance(status, int) and (status in _RETRYABLE_STATUS or status >= 500)
-
-
-def retry_after_seconds(error: BaseException) -> float | None:
-    """The provider's requested wait, from ``retry-after-ms`` or ``Retry-After``, if any."""
-    for source in (
-        getattr(error, "litellm_response_headers", None),
-        getattr(error, "headers", None),
-        getattr(getattr(error, "response", None), "headers", None),
-    ):
-        headers = _lower_headers(source)
-        seconds = _parse_retry_after(headers)
-        if seconds is not None:
-            return seconds
-    return None
-
-
-def _lower_headers(source: object) -> dict[str, str]:
-    items = getattr(source, "items", None)
-    if not callable(items):
-        return {}
-    return {str(k).lower(): str(v) for k, v in items()}
-
-
-def _parse_retry_after(headers: Mapping[str, str]) -> float | None:
-    if "retry-after-ms" in headers:
-        millis = _finite(headers["retry-after-ms"])
-        if millis is not None:
-            return max(millis / 1000.0, 0.0)
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    seconds = _finite(value)
-    if seconds is not None:
-        return max(seconds, 0.0)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - time.time(), 0.0)
-
-
-def _finite(value: str) -> float | None:
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
 
 
 def response_matrix(response: Any, count: int, model: str) -> Vectors:

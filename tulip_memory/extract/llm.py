@@ -17,14 +17,11 @@ litellm is imported on first use, never when ``tulip_memory`` is imported.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
-import math
 import os
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from tulip_memory.errors import ModelCallError
@@ -38,6 +35,14 @@ from tulip_memory.extract.prompt import (
 )
 from tulip_memory.manager.memory import Memory
 from tulip_memory.messages import Message
+from tulip_memory.model_calls import (
+    backoff_delay,
+    estimate_tokens,
+    import_litellm,
+    is_retryable,
+    retry_after_of,
+    status_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +149,7 @@ class LLMExtractor:
         self, messages: Sequence[Message], *, existing: Sequence[Memory] = ()
     ) -> ExtractionResult:
         """Extract memories from ``messages``; raises :class:`ExtractionError`."""
-        litellm = _litellm()
+        litellm = import_litellm()
         lines = trim_transcript(
             render_transcript(messages), self.config.max_transcript_tokens, self._count
         )
@@ -225,88 +230,13 @@ class LLMExtractor:
 
     def _count(self, text: str) -> int:
         try:
-            return int(_litellm().token_counter(model=self.config.model, text=text))
+            return int(import_litellm().token_counter(model=self.config.model, text=text))
         except Exception:
             return estimate_tokens(text)
 
     def _tag(self, memory: Memory) -> Memory:
         metadata = {**memory.metadata, "source": "llm", "model": self.config.model}
         return replace(memory, metadata=metadata)
-
-
-def is_retryable(error: BaseException) -> bool:
-    """Whether a failed call may succeed later: timeouts, connection errors, 408/409/429, 5xx."""
-    if isinstance(error, TimeoutError):
-        return True
-    name = type(error).__name__
-    if name in {"Timeout", "APIConnectionError", "APITimeoutError"}:
-        return True
-    status = status_of(error)
-    return status is not None and (status in _RETRY_STATUSES or status >= 500)
-
-
-def status_of(error: BaseException) -> int | None:
-    """The HTTP status an exception carries, if any."""
-    status = getattr(error, "status_code", None)
-    return status if isinstance(status, int) else None
-
-
-def retry_after_of(error: BaseException) -> float | None:
-    """Seconds the server asked to wait (``retry-after-ms`` / ``Retry-After``), if any."""
-    response = getattr(error, "response", None)
-    candidates = (
-        getattr(response, "headers", None),
-        getattr(error, "litellm_response_headers", None),
-    )
-    for headers in candidates:
-        if headers is not None:
-            wait = parse_retry_after(headers)
-            if wait is not None:
-                return wait
-    return None
-
-
-def parse_retry_after(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
-    """Seconds from ``retry-after-ms``, or ``Retry-After`` (seconds or an HTTP date)."""
-    lowered = {k.lower(): v for k, v in headers.items()}
-    millis = _number(lowered.get("retry-after-ms"))
-    if millis is not None:
-        return max(0.0, millis / 1000)
-    raw = lowered.get("retry-after")
-    if raw is None:
-        return None
-    seconds = _number(raw)
-    if seconds is not None:
-        return max(0.0, seconds)
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    current = now or datetime.now(UTC)
-    return max(0.0, (when - current).total_seconds())
-
-
-def backoff_delay(attempt: int, base: float, cap: float, jitter: float) -> float:
-    """Exponential backoff for retry ``attempt`` (1-based), between half and all of it."""
-    full = min(cap, base * 2.0 ** (attempt - 1))
-    return full * (0.5 + jitter / 2)
-
-
-def estimate_tokens(text: str) -> int:
-    """A tokenizer-free estimate: about four characters a token."""
-    return len(text) // 4 + 1
-
-
-def _number(raw: str | None) -> float | None:
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 def _content_of(response: Any) -> str:
@@ -330,10 +260,3 @@ def _usage(litellm: Any, response: Any, attempts: int) -> Usage:
         cost_usd=cost,
         attempts=attempts,
     )
-
-
-def _litellm() -> Any:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    return litellm
