@@ -2,6 +2,7 @@
 
 from tulip_memory.manager.base import BaseMemoryManager, ExtractMode
 from tulip_memory.manager.llm import ExtractFn, LLMMemoryManager
+from tulip_memory.manager.mem0 import Mem0MemoryManager
 from tulip_memory.manager.memory import (
     Memory,
     MemoryScope,
@@ -16,6 +17,7 @@ __all__ = [
     "ExtractFn",
     "ExtractMode",
     "LLMMemoryManager",
+    "Mem0MemoryManager",
     "Memory",
     "MemoryScope",
     "MemoryType",
