@@ -6,6 +6,7 @@ import asyncio
 import base64
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -88,6 +89,9 @@ def test_dev_serves_until_interrupted_and_leaves_nothing_behind(tmp_path: Path) 
         assert _status(f"{flower}/api/workers", creds) == 200
         children = psutil.Process(proc.pid).children(recursive=True)
         assert len(children) >= 3  # two extract shard workers and Flower
+        _assert_no_secret_in_any_cmdline(env["TULIP_FLOWER_PASSWORD"])
+        assert stat.S_IMODE((tmp_path / "tulip.env").stat().st_mode) == 0o600
+        assert stat.S_IMODE((tmp_path / "redis").stat().st_mode) == 0o700
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 0
         for pid in [redis_pid, postmaster, *(c.pid for c in children)]:
@@ -112,6 +116,20 @@ def test_dev_serves_until_interrupted_and_leaves_nothing_behind(tmp_path: Path) 
         env={**os.environ},
     )
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+def _assert_no_secret_in_any_cmdline(secret: str) -> None:
+    """Every process's argv (world-readable in /proc) is free of ``secret``."""
+    assert len(secret) >= 12
+    seen = 0
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes()
+        except OSError:
+            continue  # gone, or not ours to read
+        seen += 1
+        assert secret.encode() not in argv, argv.replace(b"\0", b" ")[:200]
+    assert seen > 3
 
 
 def _start_dev(data: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:

@@ -78,8 +78,45 @@ def test_workers_start_after_their_dependencies_are_healthy() -> None:
 
 def test_flower_requires_auth_and_binds_to_loopback_on_the_host() -> None:
     flower = SERVICES["flower"]
-    assert any(a.startswith("--basic-auth=${TULIP_FLOWER_USER") for a in flower["entrypoint"])
+    auth = flower["environment"]["FLOWER_BASIC_AUTH"]
+    assert auth.startswith("${TULIP_FLOWER_USER:?") and ":${TULIP_FLOWER_PASSWORD:?" in auth
     assert all(p.startswith("127.0.0.1:") for p in flower["ports"])
+
+
+def _argv_of(service: dict[str, Any]) -> str:
+    return " ".join([*(service.get("entrypoint") or []), *(service.get("command") or [])])
+
+
+def test_no_secret_is_ever_a_process_argument() -> None:
+    """argv is world-readable (/proc/<pid>/cmdline, from the host too): passwords and
+    keys travel by environment, stdin or a file the shell writes."""
+    secrets = re.compile(r"PASSWORD|SECRET|SIGNING|basic-auth")
+    builtin = re.compile(r"printf\s+'[^']*'\s+\"[^\"]*\"")  # the shell's own, never argv
+    for name, service in SERVICES.items():
+        argv = builtin.sub("", _argv_of(service).replace("$$", "$"))
+        for word in shlex.split(argv):
+            if word.startswith("--") or "$" in word:
+                assert not secrets.search(word), (name, word)
+    procfile = (ROOT / "Procfile").read_text()
+    assert "--basic-auth" not in procfile and "FLOWER_BASIC_AUTH=" in procfile
+
+
+def test_redis_needs_a_password_and_workers_are_not_minio_root() -> None:
+    env = COMPOSE["x-tulip-env"]
+    assert env["TULIP_BROKER_URL"].startswith("redis://:${REDIS_PASSWORD")
+    assert env["TULIP_REDIS_URL"].startswith("redis://:${REDIS_PASSWORD")
+    assert "requirepass" in _argv_of(SERVICES["redis"])
+    assert "REDISCLI_AUTH" in " ".join(SERVICES["redis"]["healthcheck"]["test"])
+    assert "MINIO_ROOT" not in env["AWS_ACCESS_KEY_ID"] + env["AWS_SECRET_ACCESS_KEY"]
+    assert "mc admin user add" in _argv_of(SERVICES["minio-bucket"])
+
+
+def test_images_are_pinned() -> None:
+    for name, service in SERVICES.items():
+        if "image" in service:
+            repo, _, tag = service["image"].rpartition(":")
+            assert repo and tag and tag != "latest" and any(c.isdigit() for c in tag), name
+            assert re.search(r"\d+\.\d+|RELEASE\.\d{4}", tag), name
 
 
 def test_environment_names_are_documented() -> None:
@@ -97,6 +134,8 @@ def test_procfile_commands_exist() -> None:
             continue
         _, command = line.split(":", 1)
         argv = shlex.split(command)
+        while argv and re.fullmatch(r"[A-Z_]+=.*", argv[0]):  # environment assignments
+            argv = argv[1:]
         if argv[0] == "tulip-memory":
             assert hasattr(parser.parse_args(argv[1:]), "run")
         else:

@@ -392,7 +392,7 @@ class Producer:
             try:
                 self._publisher.send(env, encoded)
             except Exception as e:
-                raise PublishError(env.id, repr(e)) from e
+                raise PublishError(env.id, type(e).__name__) from e
 
     def flush(self, timeout: float | None = None) -> bool:
         """Deliver spooled events; True once the spool is empty, False on timeout."""
@@ -462,8 +462,8 @@ class Producer:
     def _deliver(self, row: SpooledEvent) -> bool:
         try:
             env = decode(row.envelope)
-        except EventError as e:  # only a schema change or a damaged file can cause this
-            log.error("spooled row %d cannot be decoded and blocks the spool: %s", row.id, e)
+        except EventError:  # only a schema change or a damaged file can cause this
+            log.error("spooled row %d cannot be decoded and blocks the spool", row.id)
             return False
         if not self._try_publish(env):
             return False
@@ -471,11 +471,17 @@ class Producer:
         return True
 
     def _on_failure(self, env: Envelope, error: Exception) -> None:
+        # The event id and the error's class only: an error's text may quote the
+        # envelope (the user's messages) or a connection string.
         if not self._degraded:
             self._degraded = True
-            log.warning("cannot publish (%r); spooling events until the broker is back", error)
+            log.warning(
+                "cannot publish event %s (%s); spooling events until the broker is back",
+                env.id,
+                type(error).__name__,
+            )
         else:
-            log.debug("publish of %s failed again: %r", env.id, error)
+            log.debug("publish of %s failed again (%s)", env.id, type(error).__name__)
 
 
 class AsyncProducer:

@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from tulip_wire.claimcheck import DEFAULT_SPOOL_DIR, claim_check_url_from_env
+from tulip_wire.redact import redact_url
 
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_EXTRACT_SHARDS = 4
@@ -111,7 +112,7 @@ def _check_url(name: str, url: str, schemes: frozenset[str], hint: str = "") -> 
     if scheme not in schemes:
         extra = f" ({hint})" if hint else ""
         raise ValueError(
-            f"{name}: unsupported URL scheme {scheme!r} in {url!r}; "
+            f"{name}: unsupported URL scheme {scheme!r} in {redact_url(url)!r}; "
             f"expected one of {sorted(schemes)}{extra}"
         )
 

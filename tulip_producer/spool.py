@@ -5,7 +5,8 @@ append has reached the disk when it returns, so a spooled event survives a crash
 the process or the machine. Rows come back in append order (autoincrement ids are
 never reused). Threads share one connection behind a lock; processes sharing the
 directory are kept apart by SQLite's own file locking, and :meth:`Spool.draining`
-lets only one of them drain at a time.
+lets only one of them drain at a time. Spooled events are conversations: the
+directory is 0700 and its files 0600 (tightened when an older version left them open).
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tulip_memory.private import private_dir, private_file
+
 DB_FILE = "spool.sqlite3"
 LOCK_FILE = "spool.drain.lock"
+_FILES = (DB_FILE, f"{DB_FILE}-wal", f"{DB_FILE}-shm", LOCK_FILE)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS spool (
@@ -50,8 +54,10 @@ class Spool:
     """The FIFO under ``directory`` (created if missing)."""
 
     def __init__(self, directory: Path, *, busy_timeout: float = 30.0) -> None:
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory = private_dir(directory)
+        for name in _FILES:  # SQLite gives its -wal and -shm files the database's mode
+            if name == DB_FILE or (self.directory / name).exists():
+                private_file(self.directory / name)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(
             self.directory / DB_FILE,

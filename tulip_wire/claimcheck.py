@@ -17,7 +17,6 @@ import hashlib
 import os
 import re
 import threading
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,9 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from tulip_memory.errors import TulipMemoryError
+from tulip_memory.private import private_dir, write_private
 from tulip_wire.events import EventError, PayloadRef
+from tulip_wire.redact import redact_text, redact_url
 
 _EVENT_ID = re.compile(r"[0-9a-f]{32}")
 _KEY = re.compile(r"(?P<fan>[0-9a-f]{2})/(?P<id>[0-9a-f]{32})\.json")
@@ -66,7 +67,7 @@ class ClaimCheckUnavailable(TulipMemoryError):
 
     def __init__(self, url: str, cause: str) -> None:
         self.url = url
-        super().__init__(f"claim-check store {url} unavailable: {cause}")
+        super().__init__(f"claim-check store {redact_url(url)} unavailable: {redact_text(cause)}")
 
 
 class _Objects(Protocol):
@@ -101,7 +102,9 @@ class ClaimCheckStore:
             return _s3_store(url, endpoint, timeout)
         if parts.scheme == "memory":
             return _memory_store(url)
-        raise ValueError(f"claim-check URL must be file://, s3:// or memory://, got {url!r}")
+        raise ValueError(
+            f"claim-check URL must be file://, s3:// or memory://, got {redact_url(url)!r}"
+        )
 
     def put(self, event_id: str, data: bytes) -> PayloadRef:
         """Store ``data`` for ``event_id``; the reference says how to check it."""
@@ -146,17 +149,13 @@ class _FileObjects:
     directory: Path
 
     def write(self, key: str, data: bytes) -> None:
+        """Payloads are conversations: the store's directories are 0700, objects 0600,
+        written whole (readers see the whole object or none)."""
         path = self.directory / key
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)  # readers see the whole object or none
+            private_dir(self.directory)
+            write_private(private_dir(path.parent) / path.name, data)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             raise ClaimCheckUnavailable(str(self.directory), repr(e)) from e
 
     def read(self, key: str) -> bytes | None:
@@ -224,7 +223,9 @@ class _MemoryObjects:
 def _file_store(url: str) -> ClaimCheckStore:
     parts = urlsplit(url)
     if parts.netloc not in {"", "localhost"} or not parts.path.startswith("/"):
-        raise ValueError(f"file claim-check URL must be file:///absolute/dir, got {url!r}")
+        raise ValueError(
+            f"file claim-check URL must be file:///absolute/dir, got {redact_url(url)!r}"
+        )
     directory = Path(parts.path.rstrip("/") or "/")
     return ClaimCheckStore(f"file://{directory}", _FileObjects(directory))
 
@@ -235,7 +236,7 @@ def _s3_store(url: str, endpoint: str | None, timeout: float) -> ClaimCheckStore
 
     parts = urlsplit(url)
     if not parts.netloc:
-        raise ValueError(f"S3 claim-check URL must be s3://bucket/prefix, got {url!r}")
+        raise ValueError(f"S3 claim-check URL must be s3://bucket/prefix, got {redact_url(url)!r}")
     prefix = parts.path.strip("/")
     config = Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 2})
     client = boto3.client("s3", endpoint_url=endpoint, config=config)

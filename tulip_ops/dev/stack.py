@@ -2,7 +2,8 @@
 
 Starts Postgres 16 + pgvector and Redis (unix sockets), the workers of every role
 that has tasks (one solo worker per extract shard) and Flower, writes the settings
-it chose to ``tulip.env`` (``KEY=value`` lines an application or test can source),
+it chose to ``tulip.env`` (``KEY=value`` lines an application or test can source;
+0600: it holds the DSNs and the Flower password),
 and stops everything it started on exit. A second run on the same data directory
 reuses the data: memories survive a restart.
 """
@@ -13,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tulip_memory.private import write_private
 from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis
 from tulip_ops.dev.flower import Flower
 from tulip_ops.dev.supervisor import POOLED, ROLES, Supervisor, role_specs
@@ -71,7 +73,8 @@ class DevStack:
 
     def _write_env(self) -> None:
         lines = [f"{k}={v}" for k, v in sorted(self.settings.items())]
-        self.env_file.write_text("\n".join(lines) + "\n")
+        # DSNs and the Flower password: owner-only, like the rest of the data directory.
+        write_private(self.env_file, ("\n".join(lines) + "\n").encode(), fsync=False)
 
     def stop(self) -> None:
         """Stop what was started, newest first; safe to call twice."""
