@@ -62,7 +62,7 @@ from tests.support.openai_server import FakeOpenAI, Reply
 from tulip_memory import ledger
 from tulip_memory.messages import Message, Role
 from tulip_producer import Producer
-from tulip_wire.celeryconfig import kombu_url
+from tulip_wire.endpoints import kombu_url
 from tulip_wire.events import namespace_key
 from tulip_wire.routing import ShardRouter
 from tulip_wire.topology import EXTRACT_QUEUE_PREFIX, SEQ_KEY_PREFIX

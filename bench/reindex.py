@@ -81,6 +81,7 @@ from tulip_memory.embeddings import BaseEmbedding, embedder_from_config
 from tulip_memory.reindex import Progress, Reindexer, ReindexError, ReindexJob
 from tulip_memory.store import PgMemory
 from tulip_memory.store.validation import content_of
+from tulip_wire.endpoints import kombu_url
 from tulip_wire.topology import REINDEX_QUEUE
 
 OLD_MODEL = "hashing:384"
@@ -659,7 +660,7 @@ def celery_send(broker_url: str) -> Callable[[int, int], None]:
     os.environ["TULIP_BROKER_URL"] = broker_url
     from tulip_wire import celeryconfig
 
-    if celeryconfig.broker_url != celeryconfig.kombu_url(broker_url):
+    if celeryconfig.broker_url != kombu_url(broker_url):
         raise BenchError(
             "tulip_wire.celeryconfig was imported before the bench set TULIP_BROKER_URL"
         )

@@ -39,8 +39,8 @@ from tulip_memory.state import AgentState
 from tulip_producer.settings import ProducerSettings
 from tulip_producer.spool import Spool, SpooledEvent
 from tulip_wire import events
-from tulip_wire.celeryconfig import kombu_url
 from tulip_wire.claimcheck import ClaimCheckStore
+from tulip_wire.endpoints import broker_endpoint, redis_client
 from tulip_wire.events import (
     CHECKPOINT_SAVED,
     SESSION_ENDED,
@@ -127,12 +127,15 @@ def celery_app(settings: ProducerSettings) -> Celery:
     """A Celery app configured from ``tulip_wire.celeryconfig`` on the producer's broker."""
     app = Celery("tulip_memory.producer", set_as_current=False)
     app.config_from_object("tulip_wire.celeryconfig")
+    broker = broker_endpoint(settings.broker_url)
     app.conf.update(
-        broker_url=kombu_url(settings.broker_url),
+        broker_url=broker.url,
+        broker_use_ssl=broker.use_ssl,
         broker_connection_timeout=settings.publish_timeout,
         broker_heartbeat=0,  # a pure publisher never services heartbeats
         broker_transport_options={
             **app.conf.broker_transport_options,
+            **broker.transport_options,
             **transport_options(settings),
         },
         task_queues=extract_queues(settings),
@@ -217,7 +220,7 @@ class _Publisher:
 def _redis_client(settings: ProducerSettings) -> redis.Redis:
     """Redis for sequence numbers: bounded like the broker, and no retry of its own."""
     t = settings.publish_timeout
-    return redis.Redis.from_url(
+    return redis_client(
         settings.redis_url,
         socket_timeout=t,
         socket_connect_timeout=t,

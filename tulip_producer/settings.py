@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from tulip_wire.claimcheck import DEFAULT_SPOOL_DIR, claim_check_url_from_env
+from tulip_wire.endpoints import BROKER_SCHEMES, REDIS_SCHEMES, scheme_of
 from tulip_wire.redact import redact_url
 
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
@@ -25,8 +26,6 @@ DEFAULT_PENDING_TTL = 7 * 24 * 3600.0
 DEFAULT_PUBLISH_TIMEOUT = 1.0
 DEFAULT_MAX_EVENT_BYTES = 256 * 1024
 
-BROKER_SCHEMES = frozenset({"redis", "rediss", "unix", "redis+socket", "amqp", "amqps", "pyamqp"})
-REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
 CLAIM_CHECK_SCHEMES = frozenset({"file", "s3", "memory"})
 
 
@@ -108,7 +107,7 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
 
 
 def _check_url(name: str, url: str, schemes: frozenset[str], hint: str = "") -> None:
-    scheme = urlsplit(url).scheme
+    scheme = scheme_of(url)
     if scheme not in schemes:
         extra = f" ({hint})" if hint else ""
         raise ValueError(

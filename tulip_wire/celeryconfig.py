@@ -10,11 +10,11 @@ worker holds one message at a time.
 from __future__ import annotations
 
 import os
-from urllib.parse import parse_qs, urlsplit
 
 from kombu import Exchange, Queue
 
 from tulip_wire import topology
+from tulip_wire.endpoints import broker_endpoint
 from tulip_wire.env import positive_int
 
 EXTRACT_SHARDS = positive_int("TULIP_EXTRACT_SHARDS", 4)
@@ -24,17 +24,9 @@ VISIBILITY_TIMEOUT = positive_int("TULIP_VISIBILITY_TIMEOUT", 2 * 60 * 60)
 TASK_TIME_LIMIT = positive_int("TULIP_TASK_TIME_LIMIT", 30 * 60)
 
 
-def kombu_url(url: str) -> str:
-    """redis-py's ``unix://path?db=N`` (what ``tulip-memory dev`` writes) as kombu
-    spells it: ``redis+socket://path?virtual_host=N``. The producer uses it too."""
-    parts = urlsplit(url)
-    if parts.scheme != "unix":
-        return url
-    db = parse_qs(parts.query).get("db", [""])[0]
-    return f"redis+socket://{parts.path}" + (f"?virtual_host={db}" if db else "")
-
-
-broker_url = kombu_url(os.environ.get("TULIP_BROKER_URL", "redis://127.0.0.1:6379/0"))
+_broker = broker_endpoint(os.environ.get("TULIP_BROKER_URL", "redis://127.0.0.1:6379/0"))
+broker_url = _broker.url
+broker_use_ssl = _broker.use_ssl
 _rabbit = broker_url.startswith(("amqp", "pyamqp"))
 
 exchange = Exchange(topology.EXCHANGE, type="direct", durable=True)
@@ -59,7 +51,7 @@ task_acks_late = True
 task_reject_on_worker_lost = True
 worker_prefetch_multiplier = 1
 task_time_limit = TASK_TIME_LIMIT
-broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT}
+broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT, **_broker.transport_options}
 broker_connection_retry_on_startup = True
 
 task_serializer = "json"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+from tulip_wire.endpoints import REDIS_SCHEMES, scheme_of
 
 
 def positive_int(name: str, default: int) -> int:
@@ -23,4 +23,4 @@ def positive_int(name: str, default: int) -> int:
 def redis_url() -> str | None:
     """``TULIP_REDIS_URL``, else a Redis ``TULIP_BROKER_URL``, else ``None``."""
     url = os.environ.get("TULIP_REDIS_URL") or os.environ.get("TULIP_BROKER_URL", "")
-    return url if url.startswith(REDIS_SCHEMES) else None
+    return url if scheme_of(url) in REDIS_SCHEMES else None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tulip_wire.endpoints import redis_client
 from tulip_wire.topology import PENDING_KEY_PREFIX
 
 _CAD = (Path(__file__).parent / "lua" / "pending_cad.lua").read_text()
@@ -61,6 +62,5 @@ def pending_states(redis_url: str) -> PendingStates | None:
     """The overlay on ``redis_url``, or ``None`` when that is not a Redis URL."""
     if not redis_url.startswith(("redis://", "rediss://", "unix://")):
         return None
-    import redis
 
-    return PendingStates(redis.Redis.from_url(redis_url))
+    return PendingStates(redis_client(redis_url))

@@ -20,7 +20,10 @@ _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 
 def redact_url(url: str) -> str:
     """``url`` with its credentials masked; a string that does not parse as a URL is
-    masked whole after its scheme, never echoed."""
+    masked whole after its scheme, never echoed. A list of URLs joined by ``;`` (kombu's
+    spelling of several sentinels or brokers) has each masked."""
+    if ";" in url and url.count("://") > 1:
+        return ";".join(redact_url(part) for part in url.split(";"))
     try:
         parts = urlsplit(url)
     except ValueError:

@@ -18,6 +18,7 @@ from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.extract import LLMExtractorConfig
 from tulip_memory.reindex import Reindexer
 from tulip_memory.summarize import summary_model_from_env
+from tulip_wire.endpoints import redis_client
 from tulip_wire.env import positive_int, redis_url
 from tulip_wire.pending import PendingStates, pending_states
 from tulip_wire.redact import redact_url
@@ -98,12 +99,11 @@ def _llm_slot() -> SlotFactory:
 
 
 def _scheduler_from_env() -> SummaryScheduler | None:
-    import redis
 
     url = redis_url()
     if url is None:
         return None
-    return SummaryScheduler(redis.Redis.from_url(url), send_summary_job)
+    return SummaryScheduler(redis_client(url), send_summary_job)
 
 
 def send_summary_job(thread_id: str) -> None:

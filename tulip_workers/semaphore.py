@@ -28,6 +28,7 @@ from pathlib import Path
 import redis
 
 from tulip_memory.errors import TulipMemoryError
+from tulip_wire.endpoints import redis_client
 from tulip_wire.env import positive_int, redis_url
 from tulip_wire.topology import SEMAPHORE_PREFIX
 
@@ -161,7 +162,7 @@ def semaphore_from_env(name: str = "llm", lease_seconds: float = 60.0) -> RedisS
     limited to ``TULIP_LLM_MAX_INFLIGHT``."""
     url = _redis_url_from_env()
     limit = positive_int("TULIP_LLM_MAX_INFLIGHT", DEFAULT_LLM_MAX_INFLIGHT)
-    return RedisSemaphore(redis.Redis.from_url(url), name, limit, lease_seconds)
+    return RedisSemaphore(redis_client(url), name, limit, lease_seconds)
 
 
 def _redis_url_from_env() -> str:

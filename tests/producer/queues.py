@@ -12,7 +12,7 @@ from kombu import Connection
 
 from tulip_producer import ProducerSettings
 from tulip_producer.producer import extract_queues
-from tulip_wire.celeryconfig import kombu_url
+from tulip_wire.endpoints import kombu_url
 from tulip_wire.events import Envelope, decode
 
 

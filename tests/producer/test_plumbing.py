@@ -10,7 +10,7 @@ from tests.producer.queues import take_all
 from tulip_producer import Producer, ProducerSettings
 from tulip_producer.producer import celery_app, extract_queues, transport_options
 from tulip_wire import celeryconfig
-from tulip_wire.celeryconfig import kombu_url
+from tulip_wire.endpoints import kombu_url
 
 
 def test_kombu_url_spells_redis_unix_sockets_its_own_way() -> None:

@@ -22,7 +22,7 @@ from tulip_producer.producer import (
     PublishError,
     extract_queues,
 )
-from tulip_wire.celeryconfig import kombu_url
+from tulip_wire.endpoints import kombu_url
 from tulip_wire.events import TASKS, Envelope, EventError, namespace_key
 from tulip_wire.routing import ShardRouter
 from tulip_wire.topology import EXTRACT_QUEUE_PREFIX, SEQ_KEY_PREFIX
