@@ -246,7 +246,7 @@ async def test_session_end_learns_and_a_correction_updates_the_same_fact(
     got = {m.key: m.content for m in await manager.retrieve()}
     assert got == {
         "favourite-colour": "The user's favourite colour is green.",
-        "role": "The user is a nurse.",
+        "role": "The user works as a nurse.",
     }
     extracted = events.named("memory.manager.extracted")
     assert [e["memory_count"] for e in extracted] == [2, 1]
