@@ -158,3 +158,21 @@ class BaseStore(ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Close any resources."""
+
+
+class BatchFirstStore(BaseStore):
+    """A backend whose primitive write is the batch (one transaction, one statement, as
+    LangGraph's batch-first stores): :meth:`put` is a batch of one, written once here."""
+
+    async def put(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Any,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        await self.put_batch([(namespace, key, value, metadata)])
+
+    @abstractmethod
+    async def put_batch(self, items: list[BatchItem]) -> None:
+        """Store every item; a backend makes this atomic."""

@@ -40,7 +40,7 @@ import numpy as np
 from tulip_memory.embeddings import HRREncoder
 from tulip_memory.embeddings.base import Vectors
 from tulip_memory.errors import StoreCapabilityError
-from tulip_memory.store.base import BaseStore, BatchItem
+from tulip_memory.store.base import BatchFirstStore, BatchItem
 from tulip_memory.store.fusion import DEFAULT_K, fuse
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
 from tulip_memory.store.ranking import (
@@ -372,7 +372,7 @@ def _numpy() -> Any:
     return np if importlib.util.find_spec("numpy") is not None else None
 
 
-class HolographicStore(BaseStore):
+class HolographicStore(BatchFirstStore):
     """Local SQLite + FTS5 + HRR store: zero external infrastructure.
 
     ``path`` is a database file (created if missing) or ``":memory:"``. ``dim`` is the
@@ -442,15 +442,6 @@ class HolographicStore(BaseStore):
         return vector_or_none(vec)
 
     # -- writes ---------------------------------------------------------------------
-
-    async def put(
-        self,
-        namespace: tuple[str, ...],
-        key: str,
-        value: Any,
-        metadata: dict[str, Any] | None = None,
-    ) -> None:
-        await self.put_batch([(namespace, key, value, metadata)])
 
     async def put_with_embedding(
         self,

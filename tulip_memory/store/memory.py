@@ -25,7 +25,7 @@ import numpy as np
 
 from tulip_memory.embeddings import BaseEmbedding, EmbedderLike, HRREncoder, as_embedder
 from tulip_memory.embeddings.base import Vectors
-from tulip_memory.store.base import BaseStore, BatchItem
+from tulip_memory.store.base import BatchFirstStore, BatchItem
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
 from tulip_memory.store.ranking import (
     cosine_distances,
@@ -55,7 +55,7 @@ class _Row:
 SearchMode = Literal["substring", "ranked"]
 
 
-class InMemoryStore(BaseStore):
+class InMemoryStore(BatchFirstStore):
     """In-memory store: fast, not persistent; for tests and development."""
 
     def __init__(
@@ -87,15 +87,6 @@ class InMemoryStore(BaseStore):
         )
 
     # -- writes -----------------------------------------------------------------
-
-    async def put(
-        self,
-        namespace: tuple[str, ...],
-        key: str,
-        value: Any,
-        metadata: dict[str, Any] | None = None,
-    ) -> None:
-        await self.put_batch([(namespace, key, value, metadata)])
 
     async def put_with_embedding(
         self,

@@ -28,7 +28,7 @@ from tulip_memory.embeddings.adapter import EmbedderLike, as_embedder
 from tulip_memory.embeddings.base import Vectors
 from tulip_memory.embeddings.factory import spec_of
 from tulip_memory.errors import TenantIsolationError
-from tulip_memory.store.base import BaseStore, BatchItem
+from tulip_memory.store.base import BatchFirstStore, BatchItem
 from tulip_memory.store.fusion import WORD_HASHING, HybridRanking
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
 from tulip_memory.store.postgres import slots, sql
@@ -108,7 +108,7 @@ def _numpy() -> Any:
     return np if importlib.util.find_spec("numpy") is not None else None
 
 
-class PgMemory(BaseStore):
+class PgMemory(BatchFirstStore):
     """Postgres + pgvector memory store with per-tenant row-level security."""
 
     def __init__(
@@ -386,15 +386,6 @@ class PgMemory(BaseStore):
             log.warning(_SUBSTRING_ONLY)
 
     # -- writes ---------------------------------------------------------------
-
-    async def put(
-        self,
-        namespace: tuple[str, ...],
-        key: str,
-        value: Any,
-        metadata: dict[str, Any] | None = None,
-    ) -> None:
-        await self.put_batch([(namespace, key, value, metadata)])
 
     async def put_with_embedding(
         self,
