@@ -85,9 +85,20 @@ def test_rules_follow_the_layout() -> None:
     assert "Transitions" not in rules["tulip:prod/:heads"]
     assert rules["tulip:prod/:log"]["Transitions"] == [{"Days": 30, "StorageClass": "STANDARD_IA"}]
     assert rules["tulip:prod/:summaries"]["Filter"] == {"Prefix": "prod/summaries/"}
-    assert rules["tulip:prod/:old-versions"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 1}
+    versions = rules["tulip:prod/:heads:versions"]
+    assert versions["NoncurrentVersionExpiration"] == {"NoncurrentDays": 1}
+    assert versions["Expiration"] == {"ExpiredObjectDeleteMarker": True}
+    # Nothing reaches outside the layout's four prefixes, even for the empty prefix.
+    everywhere = lifecycle_rules("", days_until_delete=30)
+    assert {r["Filter"]["Prefix"] for r in everywhere} == {
+        "heads/",
+        "log/",
+        "names/",
+        "summaries/",
+    }
     archive_only = lifecycle_rules("", days_until_archive=40)
-    assert [r["ID"] for r in archive_only] == ["tulip::log", "tulip::old-versions"]
+    assert [r["ID"] for r in archive_only][:2] == ["tulip::log", "tulip::heads:versions"]
+    assert len(archive_only) == 5
 
 
 @pytest.mark.parametrize(
@@ -157,8 +168,8 @@ async def test_backend_installs_its_prefix_rules_only_with_a_shorter_epoch(
             await backend.install_lifecycle(days_until_archive=60, days_until_delete=180)
         ).changed
         rules = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+        assert len(rules) == 8
         assert {r["Filter"]["Prefix"] for r in rules} == {
-            "prod/",
             "prod/heads/",
             "prod/log/",
             "prod/names/",

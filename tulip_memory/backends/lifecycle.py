@@ -10,8 +10,10 @@ rules for one storage prefix, after the layout of :mod:`tulip_memory.delta`:
 - ``log/`` (immutable history) moves to ``archive_storage_class`` after
   ``days_until_archive`` and expires after ``days_until_delete``;
 - ``names/`` and ``summaries/`` expire after ``days_until_delete``;
-- noncurrent versions expire after a day and expired delete markers are removed (on a
-  versioned bucket every save would otherwise keep an old head).
+- under each of those four, noncurrent versions expire after a day and expired delete
+  markers are removed (on a versioned bucket every save would otherwise keep an old
+  head). No rule reaches outside them, so a prefix of ``""`` in a shared bucket touches
+  nothing of anyone else's.
 
 :func:`install_lifecycle_rules` puts them on the bucket, keeping every rule that is
 not one of these (other prefixes, other tools) and replacing its own by ID, so running
@@ -32,7 +34,7 @@ INSTANT_CLASSES = frozenset({"STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING",
 ARCHIVE_CLASSES = INSTANT_CLASSES | {"GLACIER", "DEEP_ARCHIVE"}
 #: S3 refuses a transition to these classes earlier than 30 days.
 _MIN_30_DAYS = frozenset({"STANDARD_IA", "ONEZONE_IA"})
-_PARTS = ("heads", "log", "names", "summaries", "old-versions")
+_PARTS = ("heads", "log", "names", "summaries")
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,11 @@ class LifecycleResult:
 
 
 def rule_ids(prefix: str) -> dict[str, str]:
-    """The ID of each rule of ``prefix`` (``tulip:<prefix>:<part>``, hashed when long)."""
+    """The ID of each rule of ``prefix`` (``tulip:<prefix>:<part>`` and
+    ``tulip:<prefix>:<part>:versions``, the prefix hashed when long)."""
     tag = prefix if len(prefix) <= 180 else hashlib.blake2b(prefix.encode()).hexdigest()[:32]
-    return {part: f"tulip:{tag}:{part}" for part in _PARTS}
+    ids = {part: f"tulip:{tag}:{part}" for part in _PARTS}
+    return {**ids, **{f"{part}:versions": f"{ids[part]}:versions" for part in _PARTS}}
 
 
 def lifecycle_rules(
@@ -76,12 +80,13 @@ def lifecycle_rules(
     rule("log", prefix + LOG, **archive, **expire)
     rule("names", prefix + NAMES, **expire)
     rule("summaries", prefix + SUMMARIES, **expire)
-    rule(
-        "old-versions",
-        prefix,
-        NoncurrentVersionExpiration={"NoncurrentDays": 1},
-        Expiration={"ExpiredObjectDeleteMarker": True},
-    )
+    for part, key_prefix in zip(_PARTS, (HEADS, LOG, NAMES, SUMMARIES), strict=True):
+        rule(
+            f"{part}:versions",
+            prefix + key_prefix,
+            NoncurrentVersionExpiration={"NoncurrentDays": 1},
+            Expiration={"ExpiredObjectDeleteMarker": True},
+        )
     return rules
 
 
