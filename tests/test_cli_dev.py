@@ -27,9 +27,9 @@ from tulip_wire.routing import ShardRouter
 CLI = [sys.executable, "-m", "tulip_ops.cli"]
 
 
-def test_demo_passes_and_reports(tmp_path: Path) -> None:
+def test_demo_passes_and_reports(server_dir: Path) -> None:
     done = subprocess.run(
-        [*CLI, "dev", "--demo", "--data-dir", str(tmp_path), "--tenants", "2", "--users", "5"],
+        [*CLI, "dev", "--demo", "--data-dir", str(server_dir), "--tenants", "2", "--users", "5"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -38,7 +38,7 @@ def test_demo_passes_and_reports(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "facts recalled    50/50" in done.stdout
     assert "tenant isolation  holds" in done.stdout
-    assert (tmp_path / "tulip.env").exists()
+    assert (server_dir / "tulip.env").exists()
 
 
 def _read_env(path: Path, key: str, timeout: float = 120.0) -> dict[str, str]:
@@ -64,10 +64,10 @@ def _status(url: str, auth: tuple[str, str] | None = None) -> int:
         return int(e.code)
 
 
-def test_dev_serves_until_interrupted_and_leaves_nothing_behind(tmp_path: Path) -> None:
-    proc = subprocess.Popen([*CLI, "dev", "--data-dir", str(tmp_path)], stdout=subprocess.PIPE)
+def test_dev_serves_until_interrupted_and_leaves_nothing_behind(server_dir: Path) -> None:
+    proc = subprocess.Popen([*CLI, "dev", "--data-dir", str(server_dir)], stdout=subprocess.PIPE)
     try:
-        env = _read_env(tmp_path / "tulip.env", "TULIP_FLOWER_URL")
+        env = _read_env(server_dir / "tulip.env", "TULIP_FLOWER_URL")
         client = redis.Redis.from_url(env["TULIP_REDIS_URL"])
         assert client.ping()
         redis_pid = int(client.info()["process_id"])
@@ -81,7 +81,7 @@ def test_dev_serves_until_interrupted_and_leaves_nothing_behind(tmp_path: Path) 
                 await conn.close()
 
         assert asyncio.run(pg_alive())
-        postmaster = int((tmp_path / "postgres" / "postmaster.pid").read_text().split()[0])
+        postmaster = int((server_dir / "postgres" / "postmaster.pid").read_text().split()[0])
         assert psutil.pid_exists(postmaster)
         flower = env["TULIP_FLOWER_URL"]
         assert _status(f"{flower}/api/workers") == 401
@@ -90,8 +90,8 @@ def test_dev_serves_until_interrupted_and_leaves_nothing_behind(tmp_path: Path) 
         children = psutil.Process(proc.pid).children(recursive=True)
         assert len(children) >= 3  # two extract shard workers and Flower
         _assert_no_secret_in_any_cmdline(env["TULIP_FLOWER_PASSWORD"])
-        assert stat.S_IMODE((tmp_path / "tulip.env").stat().st_mode) == 0o600
-        assert stat.S_IMODE((tmp_path / "redis").stat().st_mode) == 0o700
+        assert stat.S_IMODE((server_dir / "tulip.env").stat().st_mode) == 0o600
+        assert stat.S_IMODE((server_dir / "redis").stat().st_mode) == 0o700
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 0
         for pid in [redis_pid, postmaster, *(c.pid for c in children)]:
@@ -108,7 +108,7 @@ def test_dev_serves_until_interrupted_and_leaves_nothing_behind(tmp_path: Path) 
             proc.stdout.close()
     # Data survives: a second run on the same directory finds the role and database.
     again = subprocess.run(
-        [*CLI, "dev", "--demo", "--data-dir", str(tmp_path), "--tenants", "2", "--users", "2"],
+        [*CLI, "dev", "--demo", "--data-dir", str(server_dir), "--tenants", "2", "--users", "2"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -169,11 +169,11 @@ def _shard_worker(proc: subprocess.Popen[bytes], queue: str) -> psutil.Process |
 
 
 def test_an_application_sourcing_the_env_file_publishes_recalls_and_survives(
-    tmp_path: Path,
+    server_dir: Path,
 ) -> None:
     ns = ("acme", "users", "u1")
     thread_state = AgentState(messages=(Message(role=Role.USER, content="hello"),), iterations=1)
-    proc, env = _start_dev(tmp_path)
+    proc, env = _start_dev(server_dir)
     try:
         settings = ProducerSettings.from_env(env)
         with Producer(settings) as producer, Reader.from_env(env) as reader:
@@ -203,7 +203,7 @@ def test_an_application_sourcing_the_env_file_publishes_recalls_and_survives(
     finally:
         _stop_dev(proc)
     # A second dev on the same data directory keeps the memories and the thread.
-    proc, env = _start_dev(tmp_path)
+    proc, env = _start_dev(server_dir)
     try:
         with Reader.from_env(env) as reader:
             assert "amber" in reader.recall(ns, "favourite colour")[0].content

