@@ -59,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_reindex(sub)
 
+    from tulip_ops.import_cli import add_parser as add_import
+
+    add_import(sub)
+
     dlq = sub.add_parser("dlq", help="inspect and replay dead letters (admin connection)")
     dlq.add_argument(
         "--database-url",

@@ -30,6 +30,7 @@ from typing import Any, Self
 import redis
 from celery import Celery
 from kombu import Queue
+from kombu.exceptions import ChannelError
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -171,6 +172,16 @@ class _Publisher:
         """Assign the key's next sequence number and send."""
         env = env.with_seq(int(self._redis.incr(SEQ_KEY_PREFIX + env.key)))
         self.send(env, self._wire(env))
+
+    def depth(self, kind: str, key: str) -> int:
+        """Messages waiting on the shard queue of ``key`` (a passive declare)."""
+        queue = self._routers[kind].queue(key)
+        with self._connections.acquire(block=True) as connection:
+            try:
+                ok = connection.default_channel.queue_declare(queue=queue, passive=True)
+            except ChannelError:  # Redis: an empty queue does not exist
+                return 0
+            return int(ok.message_count)
 
     def send(self, env: Envelope, text: str) -> None:
         """Send ``text`` (the encoded ``env``) as a Celery task message on its shard queue."""
@@ -356,12 +367,26 @@ class Producer:
         env = events.session_ended(
             namespace, thread_id, _message_list(messages), metadata, ts=time.time()
         )
+        return self.publish_session(env)
+
+    def publish_session(self, env: Envelope) -> str:
+        """Publish (or spool) a ``session.ended`` event built by the caller, for one
+        that chooses the event's id: a backfill whose ids derive from the history, so
+        importing it again is the same events (the workers' ledger applies them once)."""
+        if env.type != SESSION_ENDED:
+            raise EventError(f"publish_session takes session.ended events, got {env.type}", env.id)
         text = encode(env)  # proves the event is valid JSON before it goes anywhere
         with self._gate.entered(), self._key_locks(env.key):
             if self._spool or not self._try_publish(env):
                 self._spool.append(text)
                 self._flusher.wake()
         return env.id
+
+    def backlog(self, namespace: tuple[str, ...]) -> int:
+        """How many events wait on the shard queue ``namespace``'s events go to (a
+        backfill paces itself by it); raises when the broker cannot be reached."""
+        with self._gate.entered():
+            return self._publisher.depth(SESSION_ENDED, namespace_key(namespace))
 
     def checkpoint_saved(self, thread_id: str, state: AgentState | Mapping[str, Any]) -> str:
         """Publish a thread's new state (or spool it); returns its checkpoint id.
