@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tulip_memory.delta.diff import PatchError, apply, diff
+from tulip_memory.delta.diff import PatchError, apply, apply_owned, diff
 
 
 def roundtrip(old: Any, new: Any) -> list[Any] | None:
@@ -146,3 +147,25 @@ def test_lists_under_random_edits(items: list[int], edits: list[tuple[str, int]]
             else:
                 new[at] = {"v": -at}
     roundtrip({"m": old}, {"m": new})
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.dictionaries(st.text(max_size=2), json_values, max_size=4),
+    st.lists(st.dictionaries(st.text(max_size=2), json_values, max_size=4), max_size=5),
+)
+def test_replaying_in_place_gives_what_apply_gives(
+    first: dict[str, Any], later: list[dict[str, Any]]
+) -> None:
+    first["m"] = [0]
+    states = [first, *later]
+    for i, s in enumerate(states[1:], 1):  # appends to a list: the case replayed in place
+        if i % 3 and isinstance(states[i - 1].get("m"), list):
+            s["m"] = [*states[i - 1]["m"], i]
+    patches = [diff(a, b) or ["{", {}, []] for a, b in itertools.pairwise(states)]
+    snapshot = json.dumps(patches)
+    state, owned = dict(first), set[str]()
+    for patch, expected in zip(patches, states[1:], strict=True):
+        state = apply_owned(state, patch, owned)
+        assert state == expected
+    assert json.dumps(patches) == snapshot  # no patch was changed by replaying it

@@ -10,7 +10,6 @@ import pytest
 
 from tests.delta.conftest import grow
 from tulip_memory.delta import InMemoryObjectStorage
-from tulip_memory.delta.codec import encode_state
 from tulip_memory.delta.layout import (
     Policy,
     append,
@@ -100,7 +99,7 @@ async def test_epochs_restart_when_older_than_max_epoch_age() -> None:
     log = storage.thread("t", Policy(max_epoch_age=timedelta(days=1)))
     hour = 3600 * 10**6
     for i, state in enumerate(grow(6)):
-        await log.append(encode_state(state.to_checkpoint()), f"c{i}", i * 10 * hour)
+        await log.append(state.to_checkpoint(), f"c{i}", i * 10 * hour)
     head = await log.head()
     assert head is not None
     assert [e.start for e in head.manifest.epochs] == [0, 3]  # at 0h, then at 30h (>= 24h later)

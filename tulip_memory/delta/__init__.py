@@ -13,8 +13,12 @@ Per thread (keys in :mod:`~tulip_memory.delta.keys`; ``<t>`` is ``<hash2>/<escap
 
 ``heads/<t>``
     The *head*, rewritten in place by every save: the manifest (checkpoint ids,
-    history objects, the newest deltas not yet merged) and the latest state, zlib
-    compressed. Loading the latest checkpoint is this one GET.
+    history objects, the newest deltas not yet merged) and the latest state in
+    *segments* (runs of list items, each compressed on its own, see
+    :mod:`~tulip_memory.delta.segments`), so a save that appends messages reuses
+    the sealed segments and compresses only the open one. Loading the latest
+    checkpoint is this one GET. Heads written before segments (one compressed state
+    section) still load; the next save rewrites them in segments.
 ``log/<t>/<level>/<first>-<last>-<nonce>``
     Immutable *history objects*: each holds the entries (checkpoints) ``first..last``,
     and each entry stores only what changed since the previous one (appended,
@@ -42,7 +46,11 @@ Bounds (per load; GETs inside one round trip run concurrently)
   ``D = 5`` up to n = 1295), replayed from the epoch's snapshot and checked against
   the digest saved with the checkpoint. A load that races a merge deleting what it
   reads re-reads the head: 2 more round trips, at most twice;
-- a save: 2 round trips (GET head, PUT head); every ``(D+1)``-th save first PUTs the
+- a save: 2 round trips (GET head, PUT head); onto the latest state this
+  checkpointer saved (kept in a bounded cache, :mod:`~tulip_memory.delta.cache`)
+  an append costs one encode of the state, a ``memcmp`` and ``==`` against the old
+  one, and compressing the change: no decode, no second encode, no recompression
+  of the thread. Every ``(D+1)``-th save first PUTs the
   merged object (3); when a higher level completes it first GETs its inputs (4);
   retired objects are then deleted.
 

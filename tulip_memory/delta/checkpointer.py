@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any
 from uuid import uuid4
 
+from tulip_memory.delta.cache import LatestCache
 from tulip_memory.delta.codec import encode_state
 from tulip_memory.delta.errors import InvalidCheckpointIdError
 from tulip_memory.delta.keys import check_thread_id
@@ -34,7 +35,10 @@ class DeltaCheckpointer:
     ``max_chain_depth`` bounds the objects read per merge level (see
     :mod:`tulip_memory.delta` for the layout and its bounds); ``max_epoch_age``
     (keyword-only, not in the seed) restarts the history with a snapshot once it is
-    that old, which age-based bucket lifecycle rules rely on.
+    that old, which age-based bucket lifecycle rules rely on. ``latest_cache``
+    (keyword-only) bounds the latest states kept so a save appends to them (default:
+    64 threads, 16 MiB of JSON; ``LatestCache(0, 0)`` keeps none, see
+    :mod:`tulip_memory.delta.cache`).
 
     A storage implementing only the seed's record contract (``store`` / ``retrieve``
     / ``list_checkpoints`` / ``delete``, as :class:`InMemoryDeltaStorage` does) gets the
@@ -52,6 +56,7 @@ class DeltaCheckpointer:
         compression_level: int = 6,
         *,
         max_epoch_age: timedelta | None = None,
+        latest_cache: LatestCache | None = None,
     ) -> None:
         Policy(max_chain_depth, compression_level, max_epoch_age)  # fail early
         self.storage = storage or InMemoryDeltaStorage()
@@ -59,6 +64,7 @@ class DeltaCheckpointer:
         self.compression_level = compression_level
         self.max_epoch_age = max_epoch_age
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._latest = latest_cache if latest_cache is not None else LatestCache()
 
     @property
     def policy(self) -> Policy:
@@ -66,7 +72,7 @@ class DeltaCheckpointer:
         return Policy(self.max_chain_depth, self.compression_level, self.max_epoch_age)
 
     def _log(self, thread_id: str) -> ThreadLog:
-        return self.storage.thread(thread_id, self.policy)
+        return ThreadLog(self.storage, thread_id, self.policy, self._latest)
 
     def _records(self) -> RecordThreads | None:
         """The record path, when the storage keeps the seed's records itself."""
@@ -108,14 +114,15 @@ class DeltaCheckpointer:
         checkpoint_id = checkpoint_id or uuid4().hex
         _check_checkpoint_id(checkpoint_id)
         check_thread_id(thread_id)
-        encoded = encode_state(state.to_checkpoint())
-        now = datetime.now(UTC)
+        data = state.to_checkpoint()
         records = self._records()
+        encoded = encode_state(data) if records is not None else None
+        now = datetime.now(UTC)
         async with self._writing(thread_id):
-            if records is not None:
+            if records is not None and encoded is not None:
                 await records.save(encoded, thread_id, checkpoint_id, now)
             else:
-                await self._log(thread_id).append(encoded, checkpoint_id, to_micros(now))
+                await self._log(thread_id).append(data, checkpoint_id, to_micros(now))
         return checkpoint_id
 
     async def load(

@@ -24,6 +24,7 @@ from tulip_memory.delta.errors import CorruptCheckpointError, StateNotSerializab
 
 MAGIC = b"TDC1"
 KIND_HEAD = b"H"
+KIND_SEGMENTED_HEAD = b"G"
 KIND_LOG = b"L"
 _HEADER = struct.Struct(">4sccI")
 _LENGTH = struct.Struct(">I")
@@ -65,16 +66,16 @@ def encode_state(data: dict[str, Any]) -> EncodedState:
             data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         ).encode("utf-8", "surrogatepass")
     except (TypeError, ValueError) as e:
-        path, reason = _first_problem(data, "state") or ("state", str(e))
+        path, reason = first_problem(data, "state") or ("state", str(e))
         raise StateNotSerializableError(path, reason) from e
     parsed = loads(raw)
     if parsed != data:
-        path, reason = _first_problem(data, "state") or ("state", "changes through JSON")
+        path, reason = first_problem(data, "state") or ("state", "changes through JSON")
         raise StateNotSerializableError(path, reason)
     return EncodedState(data=parsed, raw=raw, digest=digest(raw))
 
 
-def _first_problem(value: Any, path: str) -> tuple[str, str] | None:
+def first_problem(value: Any, path: str) -> tuple[str, str] | None:
     """Where and why ``value`` is not exactly JSON, or None if it is."""
     if value is None or isinstance(value, str | bool | int):
         return None
@@ -84,13 +85,13 @@ def _first_problem(value: Any, path: str) -> tuple[str, str] | None:
         for k, v in value.items():
             if not isinstance(k, str):
                 return (path, f"key {k!r} is a {type(k).__name__}, JSON keys are strings")
-            found = _first_problem(v, f"{path}.{k}")
+            found = first_problem(v, f"{path}.{k}")
             if found:
                 return found
         return None
     if isinstance(value, list):
         for i, v in enumerate(value):
-            found = _first_problem(v, f"{path}[{i}]")
+            found = first_problem(v, f"{path}[{i}]")
             if found:
                 return found
         return None
@@ -112,17 +113,23 @@ def encode_frame(kind: bytes, sections: Sequence[bytes]) -> bytes:
 
 def decode_frame(key: str, data: bytes, kind: bytes) -> list[bytes]:
     """The compressed sections of a frame, checked; errors name ``key``."""
+    return decode_frame_of(key, data, (kind,))[1]
+
+
+def decode_frame_of(key: str, data: bytes, kinds: tuple[bytes, ...]) -> tuple[bytes, list[bytes]]:
+    """The kind (one of ``kinds``) and compressed sections of a frame, checked."""
     if len(data) < _HEADER.size:
         raise CorruptCheckpointError(key, f"only {len(data)} bytes (truncated)")
     magic, got_kind, count, crc = _HEADER.unpack_from(data)
     if magic != MAGIC:
         raise CorruptCheckpointError(key, "not a tulip checkpoint object (bad magic)")
-    if got_kind != kind:
-        raise CorruptCheckpointError(key, f"object kind {got_kind!r}, expected {kind!r}")
+    if got_kind not in kinds:
+        expected = " or ".join(repr(k) for k in kinds)
+        raise CorruptCheckpointError(key, f"object kind {got_kind!r}, expected {expected}")
     body = memoryview(data)[_HEADER.size :]
     if zlib.crc32(body) != crc:
         raise CorruptCheckpointError(key, "checksum mismatch (truncated or corrupted)")
-    return _split_sections(key, body, count[0])
+    return got_kind, _split_sections(key, body, count[0])
 
 
 def _split_sections(key: str, body: memoryview, count: int) -> list[bytes]:

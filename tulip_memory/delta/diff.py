@@ -178,3 +178,57 @@ def _is_range(piece: Any, size: int) -> bool:
         and all(type(x) is int for x in piece)
         and 0 <= piece[0] < piece[1] <= size
     )
+
+
+def apply_owned(state: dict[str, Any], patch: Patch, owned: set[str]) -> dict[str, Any]:
+    """:func:`apply` onto a state dict the caller owns, in place where it can.
+
+    ``owned`` names the top-level lists the caller made (it starts empty): a patch
+    appending to one extends it in place, so replaying n appends costs their items,
+    not n copies of the list. The result is ``state`` itself unless the patch
+    replaces the whole value; ``owned`` is updated to match.
+    """
+    if not (isinstance(patch, list) and len(patch) == 3 and patch[0] == "{"):
+        owned.clear()
+        result = apply(state, patch)
+        if not isinstance(result, dict):
+            raise PatchError("a state patch must yield an object")
+        return dict(result)
+    _, changed, removed = patch
+    if not isinstance(changed, dict) or not isinstance(removed, list):
+        raise PatchError("object patch with malformed changes or removals")
+    for key in removed:
+        if key not in state:
+            raise PatchError(f"removal of absent key {key!r:.40}")
+        del state[key]
+        owned.discard(key)
+    for key, sub in changed.items():
+        tail = _appended(state.get(key), sub)
+        if tail is not None:
+            if key not in owned:
+                state[key] = list(state[key])
+                owned.add(key)
+            state[key].extend(tail)
+        elif key in state:
+            state[key] = apply(state[key], sub)
+            owned.discard(key)
+        elif isinstance(sub, list) and len(sub) == 2 and sub[0] == "=":
+            state[key] = sub[1]
+            owned.discard(key)
+        else:
+            raise PatchError(f"patch of absent key {key!r:.40}")
+    return state
+
+
+def _appended(old: Any, sub: Any) -> list[Any] | None:
+    """The items ``sub`` appends to the list ``old``, if that is all it does."""
+    if not (isinstance(old, list) and isinstance(sub, list) and len(sub) == 2 and sub[0] == "["):
+        return None
+    pieces = sub[1]
+    if not (isinstance(pieces, list) and len(pieces) == 2 and pieces[0] == [0, len(old)]):
+        return None
+    added = pieces[1]
+    if not (isinstance(added, dict) and len(added) == 1 and isinstance(added.get("+"), list)):
+        return None
+    items: list[Any] = added["+"]
+    return items

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from tulip_memory.delta.codec import EncodedState, compress, digest, dumps
-from tulip_memory.delta.diff import PatchError, apply, diff
+from tulip_memory.delta.codec import compress, digest, dumps
+from tulip_memory.delta.diff import Patch, PatchError, apply, apply_owned, diff
 from tulip_memory.delta.errors import CorruptCheckpointError
 from tulip_memory.delta.manifest import (
     Entry,
@@ -25,6 +25,7 @@ from tulip_memory.delta.manifest import (
     from_micros,
 )
 from tulip_memory.delta.models import CheckpointMetadata
+from tulip_memory.delta.segments import Latest
 
 #: An epoch's history may hold this many times the state's size before a snapshot
 #: restarts it, so rebuilding an old checkpoint never reads unboundedly more than
@@ -96,18 +97,24 @@ class ReadPlan:
     pending: tuple[Entry, ...]
 
 
-def full_payload(new: EncodedState) -> Payload:
-    return Payload("full", new.data, len(new.raw))
+def full_payload(new: Latest) -> Payload:
+    return Payload("full", new.data, new.size)
 
 
 def choose_payload(
     manifest: Manifest | None,
     previous: dict[str, Any] | None,
-    new: EncodedState,
+    new: Latest,
     policy: Policy,
     now_us: int,
+    patch: Patch | None = None,
 ) -> Payload:
-    """A patch from ``previous`` when it is smaller and allowed, else the full state."""
+    """A patch from ``previous`` when it is smaller and allowed, else the full state.
+
+    ``patch``, when given, is already known to rebuild ``new`` exactly from
+    ``previous`` (see :mod:`~tulip_memory.delta.segments`); else one is diffed and
+    checked against the bytes of ``new``.
+    """
     full = full_payload(new)
     epoch = manifest.epochs[-1] if manifest and manifest.epochs else None
     if previous is None or epoch is None or epoch.closed or policy.max_chain_depth == 0:
@@ -115,13 +122,14 @@ def choose_payload(
     age = policy.max_epoch_age
     if age is not None and now_us - epoch.started_us >= age // timedelta(microseconds=1):
         return full
-    patch = diff(previous, new.data) or ["{", {}, []]
+    exact = patch is not None
+    patch = patch or diff(previous, new.data) or ["{", {}, []]
     raw = dumps(patch)
-    budget = policy.read_amplification * max(len(new.raw), policy.min_state_bytes)
-    if len(raw) >= len(new.raw) or epoch.payload_bytes + len(raw) > budget:
+    budget = policy.read_amplification * max(new.size, policy.min_state_bytes)
+    if len(raw) >= new.size or epoch.payload_bytes + len(raw) > budget:
         return full
     # diff compares with ==, for which 1, 1.0 and True are alike: check the bytes.
-    if dumps(apply(previous, patch)) != new.raw:
+    if not exact and dumps(apply(previous, patch)) != new.raw:
         return full
     return Payload("delta", patch, len(raw))
 
@@ -315,11 +323,12 @@ def rebuild(sources: Sequence[tuple[str, Entry]], seq: int) -> dict[str, Any]:
     does not apply, a missing entry, or a result that does not match its digest.
     """
     state: Any = None
+    owned: set[str] = set()
     target: tuple[str, Entry] | None = None
     for key, entry in sorted(sources, key=lambda s: s[1].seq):
         if entry.seq > seq:
             break
-        state = _step(state, key, entry)
+        state = _step(state, key, entry, owned)
         if entry.seq == seq:
             target = (key, entry)
     if target is None:
@@ -333,12 +342,17 @@ def rebuild(sources: Sequence[tuple[str, Entry]], seq: int) -> dict[str, Any]:
     return state
 
 
-def _step(state: Any, key: str, entry: Entry) -> Any:
+def _step(state: Any, key: str, entry: Entry, owned: set[str]) -> Any:
+    """The state after ``entry``: a copy of a full one, or patched (appends in place,
+    onto lists this rebuild made, never onto a payload)."""
     if entry.kind == "full":
-        return entry.payload
+        owned.clear()
+        return dict(entry.payload) if isinstance(entry.payload, dict) else entry.payload
     if state is None:
         raise CorruptCheckpointError(key, f"entry {entry.seq} is a delta without a base")
     try:
+        if isinstance(state, dict):
+            return apply_owned(state, entry.payload, owned)
         return apply(state, entry.payload)
     except PatchError as e:
         raise CorruptCheckpointError(key, f"entry {entry.seq}: {e}") from e

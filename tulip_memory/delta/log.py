@@ -14,7 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from tulip_memory.delta.codec import EncodedState, compress, dumps
+from tulip_memory.delta.cache import LatestCache
+from tulip_memory.delta.codec import compress, dumps
 from tulip_memory.delta.diff import apply, diff
 from tulip_memory.delta.errors import CorruptCheckpointError, DeltaStorageError
 from tulip_memory.delta.keys import ThreadKeys
@@ -38,15 +39,18 @@ from tulip_memory.delta.layout import (
 )
 from tulip_memory.delta.manifest import (
     Entry,
+    HeadState,
     Manifest,
     ObjectRef,
     decode_head_manifest,
     decode_head_state,
     decode_log,
-    decode_state_section,
+    decode_state,
     encode_head,
 )
 from tulip_memory.delta.models import CheckpointMetadata, DeltaCheckpoint
+from tulip_memory.delta.segments import Latest, encode
+from tulip_memory.delta.segments import decode as decode_latest
 
 if TYPE_CHECKING:
     from tulip_memory.delta.storage import DeltaStorage
@@ -63,7 +67,7 @@ class Head:
     """A decoded head: the manifest, the compressed latest state, the object's size."""
 
     manifest: Manifest
-    state_section: bytes
+    state: HeadState
     size: int
 
 
@@ -86,12 +90,19 @@ class _Missing(Exception):
 
 
 class ThreadLog:
-    """The head and history of one thread."""
+    """The head and history of one thread; ``cache`` keeps latest states between saves."""
 
-    def __init__(self, storage: DeltaStorage, thread_id: str, policy: Policy) -> None:
+    def __init__(
+        self,
+        storage: DeltaStorage,
+        thread_id: str,
+        policy: Policy,
+        cache: LatestCache | None = None,
+    ) -> None:
         self.storage = storage
         self.keys = ThreadKeys.of(thread_id)
         self.policy = policy
+        self.cache = cache
 
     @property
     def thread_id(self) -> str:
@@ -107,8 +118,8 @@ class ThreadLog:
         data = await self._head_bytes()
         if data is None:
             return None
-        manifest, section = decode_head_manifest(self.keys.head, data)
-        return Head(manifest, section, len(data))
+        manifest, state = decode_head_manifest(self.keys.head, data)
+        return Head(manifest, state, len(data))
 
     async def load(self, checkpoint_id: str | None = None) -> dict[str, Any] | None:
         """The state of a checkpoint (the latest if None): 1 round trip, else 2."""
@@ -119,12 +130,12 @@ class ThreadLog:
                 return None
             if checkpoint_id is None:
                 return decode_head_state(self.keys.head, data)
-            manifest, section = decode_head_manifest(self.keys.head, data)
+            manifest, state = decode_head_manifest(self.keys.head, data)
             seq = manifest.seq_of(checkpoint_id)
             if seq is None:
                 return None
             if manifest.latest == (seq, checkpoint_id):
-                return decode_state_section(self.keys.head, section)
+                return decode_state(self.keys.head, state)
             try:
                 return await self._rebuild(manifest, seq)
             except _Missing as e:
@@ -208,11 +219,13 @@ class ThreadLog:
 
     # -- saving ------------------------------------------------------------------------
 
-    async def _head_for_write(self) -> tuple[Head | None, dict[str, Any] | None]:
-        """The head and latest state a save builds on; unreadable parts are skipped.
+    async def _head_for_write(self) -> tuple[Head | None, Latest | dict[str, Any] | None]:
+        """The head and the latest state a save builds on; unreadable parts are skipped.
 
-        A corrupt head must not stop a save: without a manifest the thread starts
-        over; without a readable state the save starts a new epoch with a snapshot.
+        The state is the cached one when the head still names it, else decoded from
+        the head (a plain dict from a head written before segments). A corrupt head
+        must not stop a save: without a manifest the thread starts over; without a
+        readable state the save starts a new epoch with a snapshot.
         """
         try:
             head = await self.head()
@@ -221,35 +234,54 @@ class ThreadLog:
             return None, None
         if head is None:
             return None, None
+        m = head.manifest
+        cached = self.cache.get(self.thread_id, m.latest, m.head_digest) if self.cache else None
+        if cached is not None:
+            return head, cached
         try:
-            return head, decode_state_section(self.keys.head, head.state_section)
+            if not head.state.segmented:
+                return head, decode_state(self.keys.head, head.state)
+            latest = decode_latest(self.keys.head, head.state.sections)
         except CorruptCheckpointError as e:
             log.warning("thread %r: %s; saving a snapshot", self.thread_id, e)
             return head, None
+        if latest.digest != m.head_digest:
+            log.warning("thread %r: head state does not match its digest", self.thread_id)
+            return head, None
+        return head, latest
 
-    async def append(self, new: EncodedState, checkpoint_id: str, created_us: int) -> None:
-        """Save ``new`` as checkpoint ``checkpoint_id``, the thread's newest."""
-        head, previous = await self._head_for_write()
+    async def append(self, data: dict[str, Any], checkpoint_id: str, created_us: int) -> None:
+        """Save ``data`` as checkpoint ``checkpoint_id``, the thread's newest.
+
+        Raises :class:`~tulip_memory.delta.errors.StateNotSerializableError` before
+        writing anything when JSON cannot carry ``data`` exactly.
+        """
+        head, base = await self._head_for_write()
+        level = self.policy.compression_level
+        new = encode(data, base if isinstance(base, Latest) else None, level)
         seq = head.manifest.seq_of(checkpoint_id) if head else None
         if head is not None and seq is not None:
             is_latest = head.manifest.latest == (seq, checkpoint_id)
-            if is_latest and head.manifest.head_digest == new.digest:
+            if is_latest and head.manifest.head_digest == new.latest.digest:
                 return  # the same save again (a retry): nothing to do
             await self.delete_checkpoint(checkpoint_id)  # a new state under an old id
-            head, previous = await self._head_for_write()
+            head, base = await self._head_for_write()
+            new = encode(data, base if isinstance(base, Latest) else None, level)
         manifest = head.manifest if head else None
-        level = self.policy.compression_level
-        section = compress(new.raw, level)
-        payload = choose_payload(manifest, previous, new, self.policy, created_us)
-        step = await self._append_step(manifest, new, checkpoint_id, created_us, payload)
+        previous = base.data if isinstance(base, Latest) else base
+        payload = choose_payload(manifest, previous, new.latest, self.policy, created_us, new.patch)
+        step = await self._append_step(manifest, new.latest, checkpoint_id, created_us, payload)
         latest = step.manifest.latest
         new_epoch = latest is not None and step.manifest.epochs[-1].start == latest[0]
-        await self._commit(step, section, manifest, write_name=new_epoch)
+        state = HeadState(tuple(new.latest.sections(level)))
+        await self._commit(step, state, manifest, write_name=new_epoch)
+        if self.cache is not None and latest is not None:
+            self.cache.put(self.thread_id, latest, new.latest)
 
     async def _append_step(
         self,
         manifest: Manifest | None,
-        new: EncodedState,
+        new: Latest,
         checkpoint_id: str,
         created_us: int,
         payload: Payload,
@@ -276,7 +308,7 @@ class ThreadLog:
         return Step(merged.manifest, {**step.writes, **merged.writes}, merged.retired)
 
     async def _commit(
-        self, step: Step, section: bytes, previous: Manifest | None, *, write_name: bool
+        self, step: Step, state: HeadState, previous: Manifest | None, *, write_name: bool
     ) -> None:
         """Objects, then the head, then deletes of what is retired.
 
@@ -291,7 +323,7 @@ class ThreadLog:
         if writes:
             await self.storage.write_objects(writes)
         level = self.policy.compression_level
-        head = encode_head(step.manifest, section, level)
+        head = encode_head(step.manifest, state, level)
         await self.storage.write_objects({self.keys.head: head})
         stale = {*step.retired, *(previous.garbage if previous else ())}
         if stale:
@@ -326,12 +358,13 @@ class ThreadLog:
         step = remove_entry(
             m, index, groups, seq, replacement, nonce, self.policy.compression_level
         )
-        section = head.state_section
+        state = head.state
         if m.latest is not None and m.latest[0] == seq:
-            state, state_digest = await self._new_latest(step.manifest, entries, seq, states)
-            section = compress(dumps(state), self.policy.compression_level)
+            data, state_digest = await self._new_latest(step.manifest, entries, seq, states)
+            level = self.policy.compression_level
+            state = HeadState(tuple(encode(data, None, level).latest.sections(level)))
             step = replace(step, manifest=replace(step.manifest, head_digest=state_digest))
-        await self._commit(step, section, m, write_name=False)
+        await self._commit(step, state, m, write_name=False)
         return True
 
     def _states_around(

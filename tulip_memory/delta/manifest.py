@@ -21,13 +21,16 @@ from typing import Any, Literal
 from tulip_memory.delta.codec import (
     KIND_HEAD,
     KIND_LOG,
+    KIND_SEGMENTED_HEAD,
     compress,
     decode_frame,
+    decode_frame_of,
     decompress_json,
     dumps,
     encode_frame,
 )
 from tulip_memory.delta.errors import CorruptCheckpointError
+from tulip_memory.delta.segments import decode_data
 
 FORMAT = 1
 _EPOCH0 = datetime(1970, 1, 1, tzinfo=UTC)
@@ -231,38 +234,53 @@ def _require(ok: bool, reason: str) -> None:
         raise ValueError(reason)
 
 
-def encode_head(manifest: Manifest, state_section: bytes, level: int) -> bytes:
+@dataclass(frozen=True)
+class HeadState:
+    """A head's latest state, still compressed: one section (heads written before
+    segments) or a directory and segments (:mod:`~tulip_memory.delta.segments`)."""
+
+    sections: tuple[bytes, ...]
+    segmented: bool = True
+
+
+def encode_head(manifest: Manifest, state: HeadState, level: int) -> bytes:
     """A head object: the manifest, then the latest state (already compressed)."""
-    return encode_frame(KIND_HEAD, [compress(dumps(manifest.to_json()), level), state_section])
+    kind = KIND_SEGMENTED_HEAD if state.segmented else KIND_HEAD
+    return encode_frame(kind, [compress(dumps(manifest.to_json()), level), *state.sections])
 
 
-def decode_head_manifest(key: str, data: bytes) -> tuple[Manifest, bytes]:
-    """The manifest of a head object and its still-compressed state section."""
-    manifest_section, state_section = _head_sections(key, data)
+def decode_head_manifest(key: str, data: bytes) -> tuple[Manifest, HeadState]:
+    """The manifest of a head object and its still-compressed state."""
+    manifest_section, state = _head_sections(key, data)
     try:
         manifest = Manifest.from_json(decompress_json(key, manifest_section))
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptCheckpointError(key, f"malformed manifest: {e}") from e
-    return manifest, state_section
+    return manifest, state
 
 
 def decode_head_state(key: str, data: bytes) -> dict[str, Any]:
     """The latest state in a head object, without parsing the manifest."""
-    return decode_state_section(key, _head_sections(key, data)[1])
+    return decode_state(key, _head_sections(key, data)[1])
 
 
-def decode_state_section(key: str, section: bytes) -> dict[str, Any]:
-    state = decompress_json(key, section)
-    if not isinstance(state, dict):
+def decode_state(key: str, state: HeadState) -> dict[str, Any]:
+    """The state a head holds, in either form."""
+    if state.segmented:
+        return decode_data(key, state.sections)
+    value = decompress_json(key, state.sections[0])
+    if not isinstance(value, dict):
         raise CorruptCheckpointError(key, "head state is not an object")
-    return state
+    return value
 
 
-def _head_sections(key: str, data: bytes) -> tuple[bytes, bytes]:
-    sections = decode_frame(key, data, KIND_HEAD)
-    if len(sections) != 2:
+def _head_sections(key: str, data: bytes) -> tuple[bytes, HeadState]:
+    kind, sections = decode_frame_of(key, data, (KIND_SEGMENTED_HEAD, KIND_HEAD))
+    if kind == KIND_HEAD and len(sections) != 2:
         raise CorruptCheckpointError(key, f"head has {len(sections)} sections, expected 2")
-    return sections[0], sections[1]
+    if len(sections) < 2:
+        raise CorruptCheckpointError(key, f"head has {len(sections)} sections, expected 2+")
+    return sections[0], HeadState(tuple(sections[1:]), segmented=kind == KIND_SEGMENTED_HEAD)
 
 
 def encode_log(entries: Iterable[Entry], level: int) -> bytes:

@@ -25,7 +25,7 @@ from abc import ABC
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from tulip_memory.delta.codec import encode_state, loads
+from tulip_memory.delta.codec import loads
 from tulip_memory.delta.diff import PatchError, apply
 from tulip_memory.delta.errors import CorruptCheckpointError
 from tulip_memory.delta.keys import HEADS, head_key_thread
@@ -208,7 +208,7 @@ class DeltaStorage(ABC):  # noqa: B024 - abstract through one of two contracts, 
             except PatchError as e:
                 raise CorruptCheckpointError(checkpoint_id, f"delta does not apply: {e}") from e
         created = to_micros(checkpoint.metadata.created_at)
-        await log.append(encode_state(value), checkpoint_id, created)
+        await log.append(value, checkpoint_id, created)
 
     async def retrieve(self, thread_id: str, checkpoint_id: str) -> DeltaCheckpoint | None:
         """Retrieve a checkpoint (its own payload: the state, or its patch)."""
