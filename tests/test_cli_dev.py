@@ -198,8 +198,9 @@ def test_an_application_sourcing_the_env_file_publishes_recalls_and_survives(
             ]
             _wait_applied(reader, ids)
             assert "amber" in reader.recall(ns, "favourite colour")[0].content
-            producer.checkpoint_saved("ticket-1", thread_state)
-            assert reader.load("ticket-1") == thread_state
+            producer.checkpoint_saved("ticket-1", thread_state, tenant="acme")
+            assert reader.load("ticket-1", tenant="acme") == thread_state
+            assert reader.load("ticket-1", tenant="globex") is None
     finally:
         _stop_dev(proc)
     # A second dev on the same data directory keeps the memories and the thread.
@@ -207,7 +208,7 @@ def test_an_application_sourcing_the_env_file_publishes_recalls_and_survives(
     try:
         with Reader.from_env(env) as reader:
             assert "amber" in reader.recall(ns, "favourite colour")[0].content
-            assert reader.load("ticket-1") == thread_state
+            assert reader.load("ticket-1", tenant="acme") == thread_state
     finally:
         _stop_dev(proc)
 

@@ -17,12 +17,10 @@ from dataclasses import dataclass
 
 from tulip_memory.conversation.summary_message import summary_message
 from tulip_memory.conversation.turns import cut_points, split_leading_system
-from tulip_memory.delta.keys import ThreadKeys
+from tulip_memory.delta.keys import SUMMARIES, ThreadKeys
 from tulip_memory.delta.storage import DeltaStorage
 from tulip_memory.messages import Message, Role
 from tulip_memory.summarize import Summary
-
-SUMMARIES = "summaries/"
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from tulip_wire.events import (
     decode,
     encode,
     namespace_key,
+    thread_key,
 )
 from tulip_wire.pending import PendingStates
 from tulip_wire.routing import ShardRouter, stable_hash
@@ -211,11 +212,13 @@ class _Publisher:
         payload = json.dumps(env.payload, ensure_ascii=False, allow_nan=False)
         return encode(env.with_ref(self._claims.put(env.id, payload.encode("utf-8"))))
 
-    def put_pending(self, thread_id: str, checkpoint_id: str, state: dict[str, Any]) -> None:
+    def put_pending(
+        self, tenant: str, thread_id: str, checkpoint_id: str, state: dict[str, Any]
+    ) -> None:
         """The read-your-writes overlay; with Redis down the event still goes out (or to
         the spool), only the overlay is missing until the worker writes the state."""
         try:
-            self._pending.put(thread_id, checkpoint_id, state, self._pending_ttl)
+            self._pending.put(tenant, thread_id, checkpoint_id, state, self._pending_ttl)
         except redis.RedisError as e:
             log.warning(
                 "pending state of a checkpoint not stored (%s): read-your-writes "
@@ -388,19 +391,23 @@ class Producer:
         with self._gate.entered():
             return self._publisher.depth(SESSION_ENDED, namespace_key(namespace))
 
-    def checkpoint_saved(self, thread_id: str, state: AgentState | Mapping[str, Any]) -> str:
-        """Publish a thread's new state (or spool it); returns its checkpoint id.
+    def checkpoint_saved(
+        self, thread_id: str, state: AgentState | Mapping[str, Any], *, tenant: str
+    ) -> str:
+        """Publish ``tenant``'s thread's new state (or spool it); returns its checkpoint id.
 
-        The state first becomes the thread's pending state in Redis, so
-        ``Reader.load`` returns it before any worker has written it (read your writes).
-        A state that is not JSON-serializable is refused before anything happens.
+        Thread state is keyed by (tenant, thread id): the same thread id in another
+        tenant is another thread. The state first becomes the thread's pending state in
+        Redis, so ``Reader.load(thread_id, tenant=tenant)`` returns it before any worker
+        has written it (read your writes). A state that is not JSON-serializable, or a
+        tenant that is not a namespace part, is refused before anything happens.
         """
         data = state.to_checkpoint() if isinstance(state, AgentState) else dict(state)
         checkpoint_id = uuid.uuid4().hex
-        env = events.checkpoint_saved(thread_id, checkpoint_id, data, ts=time.time())
+        env = events.checkpoint_saved(tenant, thread_id, checkpoint_id, data, ts=time.time())
         text = encode(env)
         with self._gate.entered(), self._key_locks(env.key):
-            self._publisher.put_pending(thread_id, checkpoint_id, data)
+            self._publisher.put_pending(tenant, thread_id, checkpoint_id, data)
             if self._spool or not self._try_publish(env):
                 self._spool.append(text)
                 self._flusher.wake()
@@ -552,10 +559,14 @@ class AsyncProducer:
 
     # ``timeout`` as in Producer: a bound the worker thread honours and reports
     # (False), not a cancellation, which would leave the thread running.
-    async def checkpoint_saved(self, thread_id: str, state: AgentState | Mapping[str, Any]) -> str:
-        lock = self._key_locks[stable_hash(thread_id) % KEY_LOCK_STRIPES]
+    async def checkpoint_saved(
+        self, thread_id: str, state: AgentState | Mapping[str, Any], *, tenant: str
+    ) -> str:
+        lock = self._key_locks[stable_hash(thread_key(tenant, thread_id)) % KEY_LOCK_STRIPES]
         async with lock:
-            return await asyncio.to_thread(self.sync.checkpoint_saved, thread_id, state)
+            return await asyncio.to_thread(
+                self.sync.checkpoint_saved, thread_id, state, tenant=tenant
+            )
 
     async def flush(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
         return await asyncio.to_thread(self.sync.flush, timeout)

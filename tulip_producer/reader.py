@@ -16,6 +16,8 @@ from typing import Any, Literal, TypeVar
 from tulip_memory._portal import Portal
 from tulip_memory.compactor import LLMCompactor
 from tulip_memory.config import store_from_env
+from tulip_memory.delta import DeltaCheckpointer
+from tulip_memory.delta.tenants import TenantCheckpointers
 from tulip_memory.ledger import APPLIED, DEAD, EventLedger
 from tulip_memory.manager import Memory, MemoryType
 from tulip_memory.messages import Message
@@ -54,6 +56,7 @@ class AsyncReader:
         self.pending = pending
         self._ledger = EventLedger()
         self._ledger_ready = False
+        self._tenants: TenantCheckpointers | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AsyncReader:
@@ -69,10 +72,16 @@ class AsyncReader:
         )
 
     async def load(
-        self, thread_id: str, checkpoint_id: str | None = None, view: View = "full"
+        self,
+        thread_id: str,
+        checkpoint_id: str | None = None,
+        view: View = "full",
+        *,
+        tenant: str,
     ) -> AgentState | None:
-        """The thread's state: its pending state when one waits in Redis (read your
-        writes: it is always the newest published), else the checkpoint store's.
+        """``tenant``'s thread's state: its pending state when one waits in Redis (read
+        your writes: it is always the newest published), else the checkpoint store's.
+        Another tenant's thread of the same id is another thread (``None`` here).
 
         ``view="compacted"``: system prompt + anchor turns + the stored background
         summary + the turns after it; when the summary is missing or stale, the
@@ -81,23 +90,39 @@ class AsyncReader:
         """
         if view not in ("full", "compacted"):
             raise ValueError(f"view must be 'full' or 'compacted', got {view!r}")
-        state = await self._load(thread_id, checkpoint_id)
+        state = await self._load(tenant, thread_id, checkpoint_id)
         if state is None or view == "full":
             return state
-        return state.with_messages(await self._compacted(thread_id, list(state.messages)))
+        messages = list(state.messages)
+        return state.with_messages(await self._compacted(tenant, thread_id, messages))
 
-    async def _load(self, thread_id: str, checkpoint_id: str | None) -> AgentState | None:
-        if self.pending is not None:
-            waiting = await asyncio.to_thread(self.pending.get, thread_id)
-            if waiting is not None and checkpoint_id in (None, waiting.checkpoint_id):
-                return AgentState.from_checkpoint(waiting.state)
+    def threads(self, tenant: str) -> DeltaCheckpointer:
+        """The checkpoint store of ``tenant``'s threads (see :mod:`tulip_memory.delta.tenants`)."""
         if self.checkpointer is None:
             raise ValueError("no checkpoint store configured (TULIP_CHECKPOINT_URL)")
-        return await self.checkpointer.load(thread_id, checkpoint_id)
+        if self._tenants is None or self._tenants.base is not self.checkpointer:
+            if not isinstance(self.checkpointer, DeltaCheckpointer):
+                raise TypeError(
+                    "thread state per tenant needs a DeltaCheckpointer on an object storage "
+                    f"(s3://, file://), not {type(self.checkpointer).__name__}"
+                )
+            self._tenants = TenantCheckpointers(self.checkpointer)
+        return self._tenants.of(tenant)
 
-    async def _compacted(self, thread_id: str, messages: list[Message]) -> list[Message]:
-        storage = getattr(self.checkpointer, "storage", None)
-        summary = None if storage is None else await SummaryStore(storage).get(thread_id)
+    async def _load(
+        self, tenant: str, thread_id: str, checkpoint_id: str | None
+    ) -> AgentState | None:
+        threads = self.threads(tenant)  # refuses a bad tenant or store before any read
+        if self.pending is not None:
+            waiting = await asyncio.to_thread(self.pending.get, tenant, thread_id)
+            if waiting is not None and checkpoint_id in (None, waiting.checkpoint_id):
+                return AgentState.from_checkpoint(waiting.state)
+        return await threads.load(thread_id, checkpoint_id)
+
+    async def _compacted(
+        self, tenant: str, thread_id: str, messages: list[Message]
+    ) -> list[Message]:
+        summary = await SummaryStore(self.threads(tenant).storage).get(thread_id)
         view = compacted_view(messages, summary)
         if view is not None:
             return view
@@ -180,9 +205,14 @@ class Reader:
         return self._call(self.aio.status(event_id))
 
     def load(
-        self, thread_id: str, checkpoint_id: str | None = None, view: View = "full"
+        self,
+        thread_id: str,
+        checkpoint_id: str | None = None,
+        view: View = "full",
+        *,
+        tenant: str,
     ) -> AgentState | None:
-        return self._call(self.aio.load(thread_id, checkpoint_id, view))
+        return self._call(self.aio.load(thread_id, checkpoint_id, view, tenant=tenant))
 
     def close(self) -> None:
         try:

@@ -12,8 +12,11 @@ Wire shape (schema version 1)::
     {..., "payload": null, "payload_ref": {"url": "...", "sha256": "...", "size": 123}}
 
 ``key`` is the ordering key: the namespace (parts joined by ``\\x1f``) for
-``session.ended``, the thread id for ``checkpoint.saved``. ``seq`` is the key's
-sequence number, assigned at publish; per key, a higher seq was published later.
+``session.ended``, the tenant and the thread id (joined by ``\\x1f``:
+:func:`thread_key`) for ``checkpoint.saved``, whose payload names both: thread state is
+keyed by (tenant, thread id), so the same thread id in two tenants is two threads.
+``seq`` is the key's sequence number, assigned at publish; per key, a higher seq was
+published later.
 """
 
 from __future__ import annotations
@@ -126,13 +129,27 @@ def session_ended(
     return env
 
 
+def thread_key(tenant: str, thread_id: str) -> str:
+    """The ordering key of a tenant's thread (injective: a tenant holds no ``\\x1f``)."""
+    (checked,) = validate_namespace((tenant,))
+    return f"{checked}{NS_SEP}{thread_id}"
+
+
 def checkpoint_saved(
-    thread_id: str, checkpoint_id: str, state: Mapping[str, Any], *, ts: float
+    tenant: str, thread_id: str, checkpoint_id: str, state: Mapping[str, Any], *, ts: float
 ) -> Envelope:
-    """A ``checkpoint.saved`` event carrying the state (``AgentState.to_checkpoint()``)."""
-    payload = {"thread_id": thread_id, "checkpoint_id": checkpoint_id, "state": dict(state)}
-    env = Envelope(type=CHECKPOINT_SAVED, key=thread_id, payload=payload, ts=ts)
-    _check_payload(env.type, payload, env.id)
+    """A ``checkpoint.saved`` event of ``tenant``'s thread carrying the state
+    (``AgentState.to_checkpoint()``)."""
+    payload = {
+        "tenant": tenant,
+        "thread_id": thread_id,
+        "checkpoint_id": checkpoint_id,
+        "state": dict(state),
+    }
+    event_id = uuid.uuid4().hex
+    _check_payload(CHECKPOINT_SAVED, payload, event_id)  # the tenant too, before its key
+    key = thread_key(tenant, thread_id)
+    env = Envelope(type=CHECKPOINT_SAVED, key=key, payload=payload, ts=ts, id=event_id)
     try:
         exact = json.loads(json.dumps(payload["state"], allow_nan=False)) == payload["state"]
     except (TypeError, ValueError) as e:
@@ -200,16 +217,20 @@ def validate(env: Envelope) -> None:
     if (env.payload is None) == (env.payload_ref is None):
         raise EventError("exactly one of payload and payload_ref must be set", env.id)
     if env.payload is not None:
-        _check_payload(env.type, env.payload, env.id)
-        if env.type == SESSION_ENDED and namespace_key(tuple(env.payload["namespace"])) != env.key:
-            raise EventError("key does not match the payload's namespace", env.id)
-        if env.type == CHECKPOINT_SAVED and env.payload["thread_id"] != env.key:
-            raise EventError("key does not match the payload's thread_id", env.id)
+        check_payload(env, env.payload)
 
 
 def check_payload(env: Envelope, payload: Any) -> dict[str, Any]:
-    """Validate a payload fetched by claim-check against its envelope."""
+    """Validate a payload (inline, or fetched by claim-check) against its envelope: its
+    namespace, or tenant and thread id, must produce the envelope's key, so a message
+    cannot be routed, sequenced or fenced as one key while it writes another."""
     _check_payload(env.type, payload, env.id)
+    if env.type == SESSION_ENDED and namespace_key(tuple(payload["namespace"])) != env.key:
+        raise EventError("key does not match the payload's namespace", env.id)
+    if env.type == CHECKPOINT_SAVED and thread_key(payload["tenant"], payload["thread_id"]) != (
+        env.key
+    ):
+        raise EventError("key does not match the payload's tenant and thread_id", env.id)
     return dict(payload)
 
 
@@ -223,6 +244,17 @@ def _check_payload(kind: str, payload: Any, event_id: str) -> None:
 
 
 def _check_checkpoint_saved(p: dict[str, Any], event_id: str) -> None:
+    if "tenant" not in p:
+        raise EventError(
+            "payload.tenant is missing: a checkpoint.saved event from before thread state "
+            "was keyed by tenant; drain the checkpoint queues before upgrading (README: "
+            "thread state per tenant)",
+            event_id,
+        )
+    try:
+        validate_namespace((p["tenant"],))
+    except (TypeError, ValueError) as e:
+        raise EventError(f"payload.tenant: {e}", event_id) from e
     thread = p.get("thread_id")
     if not isinstance(thread, str) or not thread or len(thread) > MAX_THREAD_ID_CHARS:
         raise EventError(

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from tulip_memory.ledger import EventLedger
 from tulip_memory.store import PgMemory
 from tulip_memory.store.validation import NS_SEP
-from tulip_wire.events import SESSION_ENDED, Envelope, EventError, PayloadRef, check_payload, decode
+from tulip_wire.events import Envelope, EventError, PayloadRef, check_payload, decode
 from tulip_workers.deadletters import UNKNOWN_TENANT, DeadLetter, DeadLetters
 from tulip_workers.outcomes import log_outcome
 from tulip_workers.retry import RetryPolicy, describe, is_permanent
@@ -27,17 +27,16 @@ from tulip_workers.retry import RetryPolicy, describe, is_permanent
 log = logging.getLogger(__name__)
 
 APPLIED, DUPLICATE, DEAD = "applied", "duplicate", "dead"
-#: The dead-letter tenant of events not scoped by a namespace (thread checkpoints).
-THREADS_TENANT = "_threads"
+#: Recorded, but its write lost to a newer one under the sequence fence.
+SUPERSEDED = "superseded"
 
 
 def tenant_of_event(env: Envelope | None) -> str:
-    """Whose dead letter an event is: ``namespace[0]`` for session events."""
+    """Whose dead letter an event is: the tenant its key starts with (``namespace[0]``,
+    or a thread's tenant)."""
     if env is None:
         return UNKNOWN_TENANT
-    if env.type == SESSION_ENDED:
-        return env.key.split(NS_SEP)[0]
-    return THREADS_TENANT
+    return env.key.split(NS_SEP)[0]
 
 
 class ClaimStore(Protocol):

@@ -106,12 +106,12 @@ def _scheduler_from_env() -> SummaryScheduler | None:
     return SummaryScheduler(redis_client(url), send_summary_job)
 
 
-def send_summary_job(thread_id: str) -> None:
+def send_summary_job(tenant: str, thread_id: str) -> None:
     from tulip_workers.app import app
 
     app.send_task(
         SUMMARIZE_TASK,
-        args=[thread_id],
+        args=[tenant, thread_id],
         queue=SUMMARIZE_QUEUE,
         routing_key=SUMMARIZE_QUEUE,
         exchange="",

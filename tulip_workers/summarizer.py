@@ -1,12 +1,12 @@
 """Background summarization of long threads (the ``memory.summarize`` queue).
 
 The checkpoint worker asks for a summary when a thread it just wrote is over its
-token budget; at most one job per thread is pending (a Redis key set with NX). The
+token budget; at most one job per (tenant, thread) is pending (a Redis key set with NX). The
 job extends the thread's stored summary with the turns it does not cover yet — the
 middle of the thread, between the anchor and the newest messages — through
 ``TULIP_SUMMARY_MODEL`` (holding a slot of the LLM semaphore) or the extractive
-offline fallback, and stores it next to the checkpoints. A failing summarizer changes
-nothing: the thread stays loadable and the next checkpoint asks again.
+offline fallback, and stores it next to the checkpoints, in the thread's tenant. A
+failing summarizer changes nothing: the thread stays loadable and the next checkpoint asks again.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from typing import Any
 
 from tulip_memory.compactor import estimate_message_tokens
 from tulip_memory.delta import DeltaCheckpointer
+from tulip_memory.delta.tenants import TenantCheckpointers
 from tulip_memory.messages import Message
 from tulip_memory.summaries import SummaryStore, summary_range
 from tulip_memory.summarize import Summary, extend_summary
+from tulip_wire.events import thread_key
 from tulip_wire.topology import SUMMARY_PENDING_PREFIX
 from tulip_workers.extractors import SlotFactory
 
@@ -32,27 +34,31 @@ def thread_tokens(messages: list[Message]) -> int:
 
 
 class SummaryScheduler:
-    """At most one pending summary job per thread."""
+    """At most one pending summary job per (tenant, thread)."""
 
-    def __init__(self, client: Any, send: Callable[[str], None], ttl: float = 900.0) -> None:
+    def __init__(self, client: Any, send: Callable[[str, str], None], ttl: float = 900.0) -> None:
         self._client = client
         self._send = send
         self._ttl_ms = int(ttl * 1000)
 
-    def maybe_schedule(self, thread_id: str) -> bool:
+    def maybe_schedule(self, tenant: str, thread_id: str) -> bool:
         """Enqueue a job unless one is pending; True when one was enqueued."""
-        key = SUMMARY_PENDING_PREFIX + thread_id
+        key = _pending_key(tenant, thread_id)
         if not self._client.set(key, "1", nx=True, px=self._ttl_ms):
             return False
         try:
-            self._send(thread_id)
+            self._send(tenant, thread_id)
         except Exception:
             self._client.delete(key)
             raise
         return True
 
-    def done(self, thread_id: str) -> None:
-        self._client.delete(SUMMARY_PENDING_PREFIX + thread_id)
+    def done(self, tenant: str, thread_id: str) -> None:
+        self._client.delete(_pending_key(tenant, thread_id))
+
+
+def _pending_key(tenant: str, thread_id: str) -> str:
+    return SUMMARY_PENDING_PREFIX + thread_key(tenant, thread_id)
 
 
 @dataclass(kw_only=True)
@@ -63,38 +69,44 @@ class SummaryWorker:
     head_turns: int = 2
     keep_recent: int = 10
     slot: SlotFactory | None = None
+    _tenants: TenantCheckpointers | None = None
 
-    @property
-    def summaries(self) -> SummaryStore:
-        return SummaryStore(self.checkpointer.storage)
+    def threads(self, tenant: str) -> DeltaCheckpointer:
+        """``tenant``'s threads on the checkpoint store."""
+        if self._tenants is None or self._tenants.base is not self.checkpointer:
+            self._tenants = TenantCheckpointers(self.checkpointer)
+        return self._tenants.of(tenant)
 
-    async def run(self, thread_id: str, max_rounds: int = 5) -> str:
-        """Bring the thread's summary up to date; returns what it did.
+    async def run(self, tenant: str, thread_id: str, max_rounds: int = 5) -> str:
+        """Bring ``tenant``'s thread's summary up to date; returns what it did.
 
         Checkpoints that arrive while this job runs do not schedule another (one job
         per thread), so the job looks again when it is done and extends the summary
         until it covers the newest state (a bounded number of rounds)."""
         rounds = 0
+        result = "missing"
         try:
+            threads = self.threads(tenant)
             while rounds < max_rounds:
-                result = await self._run(thread_id)
+                result = await self._run(threads, thread_id)
                 if result != "summarized":
                     break
                 rounds += 1
             return "summarized" if rounds else result
         finally:
             if self.scheduler is not None:
-                self.scheduler.done(thread_id)
+                self.scheduler.done(tenant, thread_id)
 
-    async def _run(self, thread_id: str) -> str:
-        state = await self.checkpointer.load(thread_id)
+    async def _run(self, threads: DeltaCheckpointer, thread_id: str) -> str:
+        state = await threads.load(thread_id)
         if state is None:
             return "missing"
         messages = list(state.messages)
         wanted = summary_range(messages, self.head_turns, self.keep_recent)
         if wanted.empty:
             return "nothing to summarize"
-        previous = await self.summaries.get(thread_id)
+        summaries = SummaryStore(threads.storage)
+        previous = await summaries.get(thread_id)
         if previous is not None and (
             previous.start != wanted.start or not previous.matches(messages)
         ):
@@ -103,8 +115,8 @@ class SummaryWorker:
             return "up to date"
         offset = previous.end if previous is not None else wanted.start
         summary = await self._extend(previous, messages[offset : wanted.end], wanted.start)
-        await self.summaries.put(thread_id, summary)
-        log.info("thread %s summarized: messages %d..%d", thread_id, summary.start, summary.end)
+        await summaries.put(thread_id, summary)
+        log.info("thread summarized: messages %d..%d", summary.start, summary.end)
         return "summarized"
 
     async def _extend(self, previous: Summary | None, new: list[Message], start: int) -> Summary:

@@ -30,10 +30,14 @@ def checkpoint(self: Any, body: str) -> str:
 
 
 @app.task(name=SUMMARIZE_TASK)  # type: ignore[untyped-decorator]
-def summarize(thread_id: str) -> str:
-    """Bring one thread's background summary up to date (pooled, unordered)."""
+def summarize(tenant: str, thread_id: str | None = None) -> str:
+    """Bring one tenant's thread's background summary up to date (pooled, unordered).
+    A job queued before thread state had a tenant (one argument) is skipped: the
+    thread's next checkpoint asks again."""
+    if thread_id is None:
+        return "skipped: a job without a tenant"
     rt = runtime()
-    return rt.run(rt.summaries().run(thread_id))
+    return rt.run(rt.summaries().run(tenant, thread_id))
 
 
 @app.task(name=REINDEX_TASK, bind=True, max_retries=REINDEX_RETRIES)  # type: ignore[untyped-decorator]

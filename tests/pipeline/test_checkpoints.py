@@ -9,10 +9,15 @@ from typing import Any
 
 from tests.pipeline.conftest import SHARDS, Pipeline
 from tests.support.openai_server import FakeOpenAI, Reply
+from tulip_memory.delta import DeltaCheckpointer
+from tulip_memory.delta.tenants import tenant_checkpointer
 from tulip_memory.messages import Message, Role
 from tulip_memory.registry import get_checkpointer
 from tulip_memory.state import AgentState
+from tulip_wire.events import thread_key
 from tulip_wire.routing import ShardRouter
+
+T = "acme"
 
 
 def state(thread: str, n: int) -> AgentState:
@@ -21,16 +26,24 @@ def state(thread: str, n: int) -> AgentState:
 
 
 def test_checkpoints_apply_in_order_per_thread_through_a_sigkill(pipeline: Pipeline) -> None:
-    threads = [f"ticket-{i}" for i in range(4)]
-    victim_shard = ShardRouter("memory.checkpoint", SHARDS).shard(threads[0])
+    """Two tenants use the same thread ids: four threads each, never mixed up."""
+    tenants, names = ("acme", "globex"), [f"ticket-{i}" for i in range(4)]
+    threads = [(tenant, t) for tenant in tenants for t in names]
+    victim_shard = ShardRouter("memory.checkpoint", SHARDS).shard(thread_key(*threads[0]))
     for k in range(SHARDS):
         pipeline.start_shard(k, role="checkpoint")
-    ids: dict[str, list[str]] = {t: [] for t in threads}
+    ids: dict[tuple[str, str], list[str]] = {t: [] for t in threads}
+
+    def own(tenant: str, t: str, n: int) -> AgentState:
+        return state(f"{tenant}/{t}", n)
+
     with pipeline.producer() as producer, pipeline.reader() as reader:
         for n in range(1, 16):
-            for t in threads:
-                ids[t].append(producer.checkpoint_saved(t, state(t, n)))
-                assert reader.load(t) == state(t, n)  # read your writes, always
+            for tenant, t in threads:
+                ids[tenant, t].append(
+                    producer.checkpoint_saved(t, own(tenant, t, n), tenant=tenant)
+                )
+                assert reader.load(t, tenant=tenant) == own(tenant, t, n)  # read your writes
             if n == 6:
                 victim = next(
                     w for w in pipeline.workers.started if w.name == f"checkpoint-{victim_shard}"
@@ -38,20 +51,23 @@ def test_checkpoints_apply_in_order_per_thread_through_a_sigkill(pipeline: Pipel
                 victim.kill()
                 pipeline.start_shard(victim_shard, role="checkpoint")
         assert producer.flush(timeout=30)
-        store = get_checkpointer(pipeline.env()["TULIP_CHECKPOINT_URL"])
+        base = get_checkpointer(pipeline.env()["TULIP_CHECKPOINT_URL"])
+        assert isinstance(base, DeltaCheckpointer)
+        stores = {tenant: tenant_checkpointer(base, tenant) for tenant in tenants}
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            heads = {t: asyncio.run(store.load(t)) for t in threads}
-            if all(heads[t] == state(t, 15) for t in threads):
+            heads = {(te, t): asyncio.run(stores[te].load(t)) for te, t in threads}
+            if all(heads[te, t] == own(te, t, 15) for te, t in threads):
                 break
             time.sleep(0.3)
-        for t in threads:
-            assert asyncio.run(store.load(t)) == state(t, 15)
-            assert reader.load(t) == state(t, 15)
-            stored = asyncio.run(store.list_checkpoints(t, limit=100))
-            assert set(stored) == set(ids[t])  # every checkpoint written, none twice
-            for n, cid in enumerate(ids[t], start=1):
-                assert reader.load(t, cid) == state(t, n)
+        for tenant, t in threads:
+            assert asyncio.run(stores[tenant].load(t)) == own(tenant, t, 15)
+            assert reader.load(t, tenant=tenant) == own(tenant, t, 15)
+            stored = asyncio.run(stores[tenant].list_checkpoints(t, limit=100))
+            assert set(stored) == set(ids[tenant, t])  # every checkpoint written, none twice
+            for n, cid in enumerate(ids[tenant, t], start=1):
+                assert reader.load(t, cid, tenant=tenant) == own(tenant, t, n)
+        assert asyncio.run(base.list_threads()) == []  # nothing tenant-less
 
 
 def test_long_threads_get_incremental_background_summaries_through_the_model(
@@ -80,16 +96,18 @@ def test_long_threads_get_incremental_background_summaries_through_the_model(
     with pipeline.producer() as producer, pipeline.reader() as reader:
         for thread in ("long-ticket", "broken-ticket"):
             for n in range(1, 31):
-                producer.checkpoint_saved(thread, AgentState(messages=tuple(chat(thread, n))))
+                producer.checkpoint_saved(
+                    thread, AgentState(messages=tuple(chat(thread, n))), tenant=T
+                )
                 time.sleep(0.02)
         assert producer.flush(timeout=30)
         deadline = time.monotonic() + 120
         summary: list[Message] = []
         while time.monotonic() < deadline:
-            view = reader.load("long-ticket", view="compacted")
+            view = reader.load("long-ticket", view="compacted", tenant=T)
             assert view is not None
             summary = [m for m in view.messages if m.content.startswith("[Summary")]
-            full = reader.load("long-ticket")
+            full = reader.load("long-ticket", tenant=T)
             assert full is not None
             if summary and view.messages[-1] == full.messages[-1] and len(full.messages) == 61:
                 covered = int(summary[0].content.split("(")[1].split(" ")[0])
@@ -102,8 +120,8 @@ def test_long_threads_get_incremental_background_summaries_through_the_model(
         assert later, "no request extended a previous summary"
         assert fake_openai.max_inflight == 1  # one job per thread at a time, never two
         # The failing summarizer left its thread loadable and unsummarized.
-        broken = reader.load("broken-ticket", view="compacted")
-        assert broken is not None and broken == reader.load("broken-ticket")
+        broken = reader.load("broken-ticket", view="compacted", tenant=T)
+        assert broken is not None and broken == reader.load("broken-ticket", tenant=T)
         assert not any(m.content.startswith("[Summary") for m in broken.messages)
 
 

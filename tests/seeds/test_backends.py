@@ -184,7 +184,15 @@ def test_queued_refuses_a_bucket_the_workers_do_not_write(
 ) -> None:
     monkeypatch.setenv("TULIP_CHECKPOINT_URL", "s3:workers-bucket/prod")
     with pytest.raises(ValueError, match="TULIP_CHECKPOINT_URL"):
-        S3Backend("another-bucket", "prod", queued=True, endpoint_url="http://127.0.0.1:9")
+        S3Backend(
+            "another-bucket", "prod", queued=True, tenant="a", endpoint_url="http://127.0.0.1:9"
+        )
+
+
+def test_queued_needs_a_tenant(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TULIP_CHECKPOINT_URL", "s3:workers-bucket/prod")
+    with pytest.raises(ValueError, match="tenant"):
+        S3Backend("workers-bucket", "prod", queued=True, endpoint_url="http://127.0.0.1:9")
 
 
 async def test_queued_saves_go_through_a_checkpoint_worker(
@@ -197,8 +205,9 @@ async def test_queued_saves_go_through_a_checkpoint_worker(
     env = pipeline.env(**store, TULIP_SPOOL_DIR=str(pipeline.spool))
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    queued = S3Backend(bucket, "queued/", queued=True)
-    direct = S3Backend(bucket, "queued/")
+    queued = S3Backend(bucket, "queued/", queued=True, tenant="acme")
+    direct = S3Backend(bucket, "queued/", tenant="acme")  # the bucket, acme's threads
+    other = S3Backend(bucket, "queued/", tenant="globex")
     try:
         ids = [await queued.save(state("refund", n), "ticket-8912-refund") for n in (1, 2)]
         # Read your writes before any worker ran; the bucket has nothing yet.
@@ -217,9 +226,12 @@ async def test_queued_saves_go_through_a_checkpoint_worker(
         assert set(await queued.list_checkpoints("ticket-8912-refund")) == set(ids)
         assert await queued.list_threads() == ["ticket-8912-refund"]
         assert await queued.load("ticket-8912-refund", ids[0]) == state("refund", 1)
+        assert await other.load("ticket-8912-refund") is None  # same id, another tenant
+        assert await other.list_threads() == []
     finally:
         await queued.close()
         await direct.close()
+        await other.close()
 
 
 def test_claim_checks_live_beside_checkpoints_in_either_spelling(tmp_path: Any) -> None:

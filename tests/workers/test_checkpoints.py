@@ -19,12 +19,13 @@ from tulip_memory.store import PgMemory
 from tulip_producer import AsyncReader, Producer, ProducerSettings
 from tulip_wire.events import EventError, checkpoint_saved, encode
 from tulip_wire.pending import PendingStates
-from tulip_workers.checkpoints import SUPERSEDED, CheckpointWorker
-from tulip_workers.event_worker import APPLIED, DEAD, DUPLICATE
+from tulip_workers.checkpoints import CheckpointWorker
+from tulip_workers.event_worker import APPLIED, DEAD, DUPLICATE, SUPERSEDED
 from tulip_workers.retry import RetryPolicy
 
 TABLE = f"ckpt_{uuid.uuid4().hex[:8]}"
 DB = 12
+TENANT = "acme"
 
 
 def state(n: int) -> AgentState:
@@ -32,10 +33,10 @@ def state(n: int) -> AgentState:
     return AgentState(messages=tuple(msgs), iterations=n, metadata={"n": n})
 
 
-def event(thread: str, n: int, seq: int) -> tuple[str, str, str]:
+def event(thread: str, n: int, seq: int, tenant: str = TENANT) -> tuple[str, str, str]:
     cid = uuid.uuid4().hex
-    env = checkpoint_saved(thread, cid, state(n).to_checkpoint(), ts=time.time()).with_seq(seq)
-    return env.id, cid, encode(env)
+    env = checkpoint_saved(tenant, thread, cid, state(n).to_checkpoint(), ts=time.time())
+    return env.id, cid, encode(env.with_seq(seq))
 
 
 @pytest.fixture
@@ -65,17 +66,17 @@ async def test_writes_once_and_clears_only_its_own_pending_state(
 ) -> None:
     thread = f"thread/{uuid.uuid4().hex}/ü"  # hostile characters are fine
     eid, cid, body = event(thread, 3, seq=1)
-    pending.put(thread, cid, state(3).to_checkpoint(), ttl=60)
+    pending.put(TENANT, thread, cid, state(3).to_checkpoint(), ttl=60)
     assert await worker.handle(body, eid) == APPLIED
-    assert pending.get(thread) is None
-    assert await worker.checkpointer.load(thread) == state(3)
+    assert pending.get(TENANT, thread) is None
+    assert await worker.threads(TENANT).load(thread) == state(3)
     assert await worker.handle(body, eid) == DUPLICATE
-    assert await worker.checkpointer.list_checkpoints(thread) == [cid]
+    assert await worker.threads(TENANT).list_checkpoints(thread) == [cid]
     # A newer state replaced the pending one before this event was written: it stays.
     eid2, _, body2 = event(thread, 4, seq=2)
-    pending.put(thread, uuid.uuid4().hex, state(5).to_checkpoint(), ttl=60)
+    pending.put(TENANT, thread, uuid.uuid4().hex, state(5).to_checkpoint(), ttl=60)
     assert await worker.handle(body2, eid2) == APPLIED
-    waiting = pending.get(thread)
+    waiting = pending.get(TENANT, thread)
     assert waiting is not None and waiting.state == state(5).to_checkpoint()
 
 
@@ -85,14 +86,14 @@ async def test_an_older_checkpoint_never_becomes_the_head(worker: CheckpointWork
     new_id, new_cid, new_body = event(thread, 2, seq=2)
     assert await worker.handle(new_body, new_id) == APPLIED
     assert await worker.handle(old_body, old_id) == SUPERSEDED  # a late redelivery
-    assert await worker.checkpointer.load(thread) == state(2)
-    assert await worker.checkpointer.list_checkpoints(thread) == [new_cid]
+    assert await worker.threads(TENANT).load(thread) == state(2)
+    assert await worker.threads(TENANT).list_checkpoints(thread) == [new_cid]
 
 
 async def test_a_state_that_is_not_an_agent_state_is_a_dead_letter(
     worker: CheckpointWorker, store: PgMemory
 ) -> None:
-    env = checkpoint_saved("t-bad", uuid.uuid4().hex, state(1).to_checkpoint(), ts=1.0)
+    env = checkpoint_saved(TENANT, "t-bad", uuid.uuid4().hex, state(1).to_checkpoint(), ts=1.0)
     body = encode(env.with_seq(1)).replace('"iterations": 1', '"iterations": "many"')
     assert await worker.handle(body, env.id) == DEAD
     status = await AsyncReader(store).status(env.id)
@@ -112,20 +113,57 @@ async def test_read_your_writes_before_any_worker_runs(
     reader = AsyncReader(store, checkpointer=checkpointer, pending=pending)
     thread = f"t-{uuid.uuid4().hex}"
     with Producer(settings) as producer:
-        cid = producer.checkpoint_saved(thread, state(7))
-        assert await reader.load(thread) == state(7)  # no worker has run
-        assert await reader.load(thread, cid) == state(7)
+        cid = producer.checkpoint_saved(thread, state(7), tenant=TENANT)
+        assert await reader.load(thread, tenant=TENANT) == state(7)  # no worker has run
+        assert await reader.load(thread, cid, tenant=TENANT) == state(7)
+        bad = {**state(1).to_checkpoint(), "metadata": {1j: 2}}
         with pytest.raises(EventError, match="not JSON-serializable"):
-            producer.checkpoint_saved(thread, {**state(1).to_checkpoint(), "metadata": {1j: 2}})
+            producer.checkpoint_saved(thread, bad, tenant=TENANT)
         with pytest.raises(EventError, match="survive JSON exactly"):
-            producer.checkpoint_saved(thread, {**state(1).to_checkpoint(), "metadata": {1: 2}})
-        assert await reader.load(thread) == state(7)  # refused saves changed nothing
-    delivered = take_all(settings, lambda e: e.key == thread)
+            producer.checkpoint_saved(thread, {**bad, "metadata": {1: 2}}, tenant=TENANT)
+        assert await reader.load(thread, tenant=TENANT) == state(7)  # refused: no change
+    delivered = take_all(settings, lambda e: e.key == f"{TENANT}\x1f{thread}")
     assert [d.queue.split(".")[1] for d in delivered] == ["checkpoint"]
     assert delivered[0].envelope.payload is not None
     assert delivered[0].envelope.payload["checkpoint_id"] == cid
     # The worker writes it and clears the overlay; the store now answers.
     worker = CheckpointWorker(store=store, checkpointer=checkpointer, pending=pending)
     assert await worker.handle(delivered[0].args[0], delivered[0].task_id) == APPLIED
-    assert pending.get(thread) is None
-    assert await reader.load(thread) == state(7)
+    assert pending.get(TENANT, thread) is None
+    assert await reader.load(thread, tenant=TENANT) == state(7)
+
+
+async def test_the_same_thread_id_in_two_tenants_is_two_threads(
+    redis_url: str, store: PgMemory, tmp_path: Path
+) -> None:
+    """Saved as tenant a: tenant b loads nothing, neither pending nor durable, and its
+    own save of the same id neither sees nor overwrites a's."""
+    broker = with_db(redis_url, DB)
+    settings = ProducerSettings(
+        broker_url=broker, redis_url=broker, spool_dir=tmp_path / "spool", checkpoint_shards=2
+    )
+    checkpointer = DeltaCheckpointer(FileDeltaStorage(tmp_path / "ckpt"))
+    pending = PendingStates(redis.Redis.from_url(broker))
+    reader = AsyncReader(store, checkpointer=checkpointer, pending=pending)
+    thread = f"thread-7-{uuid.uuid4().hex}"
+    with Producer(settings) as producer:
+        producer.checkpoint_saved(thread, state(3), tenant="a")
+        assert await reader.load(thread, tenant="a") == state(3)
+        assert await reader.load(thread, tenant="b") is None  # pending: a's only
+    delivered = take_all(settings, lambda e: e.key.endswith(thread))
+    worker = CheckpointWorker(store=store, checkpointer=checkpointer, pending=pending)
+    assert [await worker.handle(d.args[0], d.task_id) for d in delivered] == [APPLIED]
+    assert pending.get("a", thread) is None  # durable now
+    assert await reader.load(thread, tenant="a") == state(3)
+    assert await reader.load(thread, tenant="b") is None
+    assert await reader.load(thread, view="compacted", tenant="b") is None
+    assert await checkpointer.load(thread) is None  # nothing at the tenant-less root
+    # b's own thread of that id: its own history, a's untouched.
+    eid, cid, body = event(thread, 5, seq=1, tenant="b")
+    assert await worker.handle(body, eid) == APPLIED
+    assert await reader.load(thread, tenant="b") == state(5)
+    assert await reader.load(thread, tenant="a") == state(3)
+    assert await worker.threads("a").list_threads() == [thread]
+    assert await worker.threads("b").list_checkpoints(thread) == [cid]
+    with pytest.raises(ValueError, match="separator"):
+        await reader.load(thread, tenant="a\x1fb")

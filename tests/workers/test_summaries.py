@@ -13,6 +13,7 @@ import redis
 from tests.producer.queues import with_db
 from tests.support.openai_server import FakeOpenAI, Reply
 from tulip_memory.delta import DeltaCheckpointer, FileDeltaStorage
+from tulip_memory.delta.tenants import tenant_checkpointer
 from tulip_memory.messages import Message, Role, ToolCall
 from tulip_memory.state import AgentState
 from tulip_memory.store import PgMemory
@@ -52,10 +53,14 @@ def checkpointer(tmp_path: Path) -> DeltaCheckpointer:
     return DeltaCheckpointer(FileDeltaStorage(tmp_path / "ckpt"))
 
 
+T = "acme"  # thread state is per tenant
+
+
 @pytest.fixture
-def scheduler(redis_url: str) -> tuple[SummaryScheduler, list[str]]:
-    sent: list[str] = []
-    return SummaryScheduler(redis.Redis.from_url(with_db(redis_url, 9)), sent.append), sent
+def scheduler(redis_url: str) -> tuple[SummaryScheduler, list[tuple[str, str]]]:
+    sent: list[tuple[str, str]] = []
+    client = redis.Redis.from_url(with_db(redis_url, 9))
+    return SummaryScheduler(client, lambda *job: sent.append(job)), sent
 
 
 async def test_summaries_are_incremental_through_the_model(
@@ -66,14 +71,14 @@ async def test_summaries_are_incremental_through_the_model(
     fake_openai.default_chat = lambda request: Reply(content=f"SUMMARY-{len(fake_openai.requests)}")
     thread = f"t-{uuid.uuid4().hex}"
     worker = SummaryWorker(checkpointer=checkpointer, model=MODEL, keep_recent=4)
-    await checkpointer.save(AgentState(messages=tuple(chat(12))), thread)
-    assert await worker.run(thread) == "summarized"
-    first = await SummaryStore(checkpointer.storage).get(thread)
+    await tenant_checkpointer(checkpointer, T).save(AgentState(messages=tuple(chat(12))), thread)
+    assert await worker.run(T, thread) == "summarized"
+    first = await SummaryStore(tenant_checkpointer(checkpointer, T).storage).get(thread)
     assert first is not None and (first.start, first.end) == (5, 21)
-    assert await worker.run(thread) == "up to date"
-    await checkpointer.save(AgentState(messages=tuple(chat(15))), thread)
-    assert await worker.run(thread) == "summarized"
-    second = await SummaryStore(checkpointer.storage).get(thread)
+    assert await worker.run(T, thread) == "up to date"
+    await tenant_checkpointer(checkpointer, T).save(AgentState(messages=tuple(chat(15))), thread)
+    assert await worker.run(T, thread) == "summarized"
+    second = await SummaryStore(tenant_checkpointer(checkpointer, T).storage).get(thread)
     assert second is not None and (second.start, second.end) == (5, 27)
     asked = json.dumps(fake_openai.requests_to("/v1/chat/completions")[-1].json)
     assert first.text in asked  # the previous summary is extended ...
@@ -83,7 +88,7 @@ async def test_summaries_are_incremental_through_the_model(
 async def test_a_failing_summarizer_leaves_the_thread_loadable_and_clears_the_job(
     checkpointer: DeltaCheckpointer,
     fake_openai: FakeOpenAI,
-    scheduler: tuple[SummaryScheduler, list[str]],
+    scheduler: tuple[SummaryScheduler, list[tuple[str, str]]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("OPENAI_API_BASE", fake_openai.url)
@@ -92,16 +97,16 @@ async def test_a_failing_summarizer_leaves_the_thread_loadable_and_clears_the_jo
     sched, sent = scheduler
     thread = f"t-{uuid.uuid4().hex}"
     state = AgentState(messages=tuple(chat(12)))
-    await checkpointer.save(state, thread)
-    assert sched.maybe_schedule(thread) and not sched.maybe_schedule(thread)  # one pending
-    assert sent == [thread]
+    await tenant_checkpointer(checkpointer, T).save(state, thread)
+    assert sched.maybe_schedule(T, thread) and not sched.maybe_schedule(T, thread)  # one pending
+    assert sent == [(T, thread)]
     worker = SummaryWorker(checkpointer=checkpointer, model=MODEL, scheduler=sched)
     worker_settings_fast(monkeypatch)
     with pytest.raises(SummarizationError):
-        await worker.run(thread)
-    assert await checkpointer.load(thread) == state
-    assert await SummaryStore(checkpointer.storage).get(thread) is None
-    assert sched.maybe_schedule(thread)  # the failed job no longer counts as pending
+        await worker.run(T, thread)
+    assert await tenant_checkpointer(checkpointer, T).load(thread) == state
+    assert await SummaryStore(tenant_checkpointer(checkpointer, T).storage).get(thread) is None
+    assert sched.maybe_schedule(T, thread)  # the failed job no longer counts as pending
 
 
 def worker_settings_fast(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,13 +121,13 @@ async def test_compacted_view_uses_a_matching_summary_and_never_a_stale_one(
 ) -> None:
     thread = f"t-{uuid.uuid4().hex}"
     msgs = chat(12)
-    await checkpointer.save(AgentState(messages=tuple(msgs)), thread)
+    await tenant_checkpointer(checkpointer, T).save(AgentState(messages=tuple(msgs)), thread)
     worker = SummaryWorker(checkpointer=checkpointer, keep_recent=4)  # extractive, offline
-    assert await worker.run(thread) == "summarized"
+    assert await worker.run(T, thread) == "summarized"
     store = PgMemory(pg_dsn)
     reader = AsyncReader(store, checkpointer=checkpointer)
     try:
-        compacted = await reader.load(thread, view="compacted")
+        compacted = await reader.load(thread, view="compacted", tenant=T)
         assert compacted is not None
         assert [m.content for m in compacted.messages[:5]] == [m.content for m in msgs[:5]]
         assert compacted.messages[5].content.startswith(
@@ -131,12 +136,12 @@ async def test_compacted_view_uses_a_matching_summary_and_never_a_stale_one(
         assert list(compacted.messages[6:]) == msgs[21:]
         # History rewritten under the summary (an edit in the middle): no wrong window.
         edited = [*msgs[:8], Message(role=Role.USER, content="edited"), *msgs[9:]]
-        await checkpointer.save(AgentState(messages=tuple(edited)), thread)
-        fallback = await reader.load(thread, view="compacted")
+        await tenant_checkpointer(checkpointer, T).save(AgentState(messages=tuple(edited)), thread)
+        fallback = await reader.load(thread, view="compacted", tenant=T)
         assert fallback is not None and list(fallback.messages) == edited  # under budget
-        summary = await SummaryStore(checkpointer.storage).get(thread)
+        summary = await SummaryStore(tenant_checkpointer(checkpointer, T).storage).get(thread)
         assert compacted_view(edited, summary) is None
         with pytest.raises(ValueError, match="view must be"):
-            await reader.load(thread, view="weird")  # type: ignore[arg-type]
+            await reader.load(thread, view="weird", tenant=T)  # type: ignore[arg-type]
     finally:
         await store.close()

@@ -26,8 +26,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from tulip_memory.delta.keys import HEADS, LOG, NAMES
-from tulip_memory.summaries import SUMMARIES
+from tulip_memory.delta.keys import HEADS, LOG, NAMES, SUMMARIES
 
 #: Classes a GET reads at once; the others need a restore before an object is readable.
 INSTANT_CLASSES = frozenset({"STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER_IR"})

@@ -31,6 +31,7 @@ from tulip_memory.backends.lifecycle import (
     install_lifecycle_rules,
 )
 from tulip_memory.delta import DeltaCheckpointer, S3DeltaStorage
+from tulip_memory.delta.tenants import TenantStorage
 from tulip_memory.state import AgentState
 
 #: Where the S3 endpoint comes from when ``endpoint_url`` is not given (else AWS).
@@ -43,7 +44,9 @@ class S3Backend(DeltaCheckpointer):
     ``endpoint_url`` (else ``TULIP_S3_ENDPOINT_URL``, else AWS) selects MinIO, moto or
     another S3 API; ``client`` passes a ready boto3 client; other keyword arguments go
     to :class:`~tulip_memory.delta.S3DeltaStorage` (``region_name``, ``retry_mode``,
-    ``max_concurrency``...). The bucket must exist.
+    ``max_concurrency``...). The bucket must exist. ``tenant`` scopes every operation
+    to that tenant's threads in the pipeline's layout (:mod:`tulip_memory.delta.tenants`);
+    ``queued=True`` requires it.
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class S3Backend(DeltaCheckpointer):
         prefix: str = "",
         *,
         queued: bool = False,
+        tenant: str | None = None,
         endpoint_url: str | None = None,
         client: Any = None,
         max_chain_depth: int = 5,
@@ -63,8 +67,10 @@ class S3Backend(DeltaCheckpointer):
         storage = S3DeltaStorage(
             bucket, prefix, endpoint_url=endpoint, client=client, **storage_options
         )
-        super().__init__(storage, max_chain_depth, compression_level, max_epoch_age=max_epoch_age)
+        scoped = storage if tenant is None else TenantStorage(storage, tenant)
+        super().__init__(scoped, max_chain_depth, compression_level, max_epoch_age=max_epoch_age)
         self.s3: S3DeltaStorage = storage
+        self.tenant = tenant
         self.bucket = bucket
         self.prefix = storage.prefix
         self.queued = queued
@@ -85,13 +91,18 @@ class S3Backend(DeltaCheckpointer):
                 f"TULIP_CHECKPOINT_URL={workers!r} is where the workers write: make them "
                 "the same store"
             )
-        direct = DeltaCheckpointer(
-            self.storage,
+        if self.tenant is None:
+            raise ValueError(
+                "S3Backend(queued=True) needs tenant=...: the pipeline keys thread state "
+                "by (tenant, thread id)"
+            )
+        direct = DeltaCheckpointer(  # every tenant's store: the queued path scopes it
+            self.s3,
             self.max_chain_depth,
             self.compression_level,
             max_epoch_age=self.max_epoch_age,
         )
-        return get_checkpointer(f"queued:{self.url}", inner=direct)
+        return get_checkpointer(f"queued:{self.url}", inner=direct, tenant=self.tenant)
 
     async def save(
         self, state: AgentState, thread_id: str, checkpoint_id: str | None = None
@@ -150,6 +161,8 @@ class S3Backend(DeltaCheckpointer):
         if self.queue is not None:
             await self.queue.close()
         await super().close()
+        if self.storage is not self.s3:  # a tenant's view leaves the bucket's storage open
+            await self.s3.close()
 
 
 def _s3_location(url: str) -> tuple[str, str] | None:

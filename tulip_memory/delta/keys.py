@@ -5,6 +5,16 @@ Layout, relative to a storage's root (an S3 bucket + prefix, a directory)::
     heads/<hh>/<seg>                          head: manifest + latest state (one GET)
     log/<hh>/<seg>/<level>/<first>-<last>-<nonce>   immutable history objects
     names/<hh>/<seg>                          the thread id, only for hashed segments
+    summaries/<hh>/<seg>                      its background summary (tulip_memory.summaries)
+
+Threads of a tenant (the pipeline's thread state, keyed by (tenant, thread id)) have
+the same layout with the tenant right after the kind: ``heads/t.<tseg>/<hh>/<seg>``,
+``log/t.<tseg>/<hh>/<seg>/...``, ``names/t.<tseg>/...``, ``summaries/t.<tseg>/...``
+(:func:`scoped_key`), ``tseg`` being the tenant's segment by the same escape. The
+escape never yields ``/`` and ``t.`` is never two hex digits, so the mapping is
+injective: two tenants never share a key or a listing prefix, nor a tenant the seed's
+own root layout; and bucket lifecycle rules by kind (``heads/``, ``log/``) still cover
+every tenant.
 
 ``hh`` is two hex digits of the id's BLAKE2b hash, spreading threads over 256 prefixes.
 ``seg`` is a reversible escape of the id's UTF-8 bytes: ``a-z 0-9 _ -`` stay, every
@@ -21,10 +31,13 @@ import re
 from dataclasses import dataclass
 
 from tulip_memory.delta.errors import InvalidThreadIdError
+from tulip_memory.store.validation import validate_namespace
 
 HEADS = "heads/"
+TENANT_MARK = "t."
 LOG = "log/"
 NAMES = "names/"
+SUMMARIES = "summaries/"  # a thread's background summary (tulip_memory.summaries)
 MAX_SEGMENT = 180
 MAX_THREAD_ID = 65536
 _PLAIN = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -124,3 +137,25 @@ def head_key_thread(key: str) -> tuple[str | None, str | None]:
         return None, None
     tid = unescape(parts[1])
     return tid, (None if tid is not None else NAMES + "/".join(parts))
+
+
+def tenant_part(tenant: str) -> str:
+    """``t.<segment>``: the component naming ``tenant`` in its keys. A tenant is a
+    namespace's first part (non-empty, no ``\\x1f``, no NUL), checked here."""
+    (checked,) = validate_namespace((tenant,))
+    return TENANT_MARK + segment(checked)
+
+
+def scoped_key(part: str, key: str) -> str:
+    """``key`` of the root layout (or a listing prefix with its kind) moved into the
+    tenant of ``part``: ``<kind>/<part>/<rest>``."""
+    kind, sep, rest = key.partition("/")
+    if not sep or not kind:
+        raise ValueError(f"not a key or prefix of the layout (no kind): {key!r}")
+    return f"{kind}/{part}/{rest}"
+
+
+def unscoped_key(part: str, key: str) -> str:
+    """The root-layout key of a key :func:`scoped_key` made with ``part``."""
+    kind, _, rest = key.partition("/")
+    return f"{kind}/{rest.removeprefix(part + '/')}"

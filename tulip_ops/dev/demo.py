@@ -32,6 +32,8 @@ FACTS: dict[str, tuple[str, list[str]]] = {
     "pet-name": ("pet name", ["Rex", "Miso", "Pip", "Olive", "Bruno"]),
     "morning-drink": ("morning drink", ["tea", "espresso", "matcha", "cocoa", "kefir"]),
 }
+#: The tenant whose support threads the demo checkpoints (thread state is per tenant).
+THREAD_TENANT = "demo-support"
 CORRECTED = ("favourite-colour", "home-city")
 Namespace = tuple[str, ...]
 
@@ -169,7 +171,7 @@ def _checkpoint_threads(
                     ),
                 ]
                 state = AgentState(messages=tuple(messages), iterations=turn + 1)
-                cid = producer.checkpoint_saved(thread, state)
+                cid = producer.checkpoint_saved(thread, state, tenant=THREAD_TENANT)
                 saved.setdefault(thread, []).append((cid, state))
                 report.full_state_bytes += len(json.dumps(state.to_checkpoint()))
         producer.flush(timeout=60)
@@ -190,7 +192,7 @@ def _wait_durable(
     deadline = time.monotonic() + timeout
     waiting = list(threads)
     while waiting and pending is not None and time.monotonic() < deadline:
-        waiting = [t for t in waiting if pending.get(t) is not None]
+        waiting = [t for t in waiting if pending.get(THREAD_TENANT, t) is not None]
         progress(f"  threads durable {len(threads) - len(waiting)}/{len(threads)}")
         if waiting:
             time.sleep(0.5)
@@ -201,8 +203,7 @@ def _wait_durable(
 async def _check_threads(
     reader: Reader, saved: dict[str, list[tuple[str, AgentState]]], report: DemoReport
 ) -> None:
-    store = reader.aio.checkpointer
-    assert store is not None
+    store = reader.aio.threads(THREAD_TENANT)
     for thread, history in saved.items():
         latest_ok = await store.load(thread) == history[-1][1]
         picks = history[:: max(1, len(history) // 4)]
@@ -211,7 +212,7 @@ async def _check_threads(
             report.threads_loaded += 1
         else:
             report.failures.append(f"thread {thread} did not load back exactly")
-        stats = await store.get_storage_stats(thread)  # type: ignore[attr-defined]
+        stats = await store.get_storage_stats(thread)
         report.stored_bytes += int(stats["stored_bytes"])
 
 
