@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import asyncpg
+import honcho.environ
 import psutil
 import redis
 
@@ -42,12 +43,13 @@ def test_demo_passes_and_reports(server_dir: Path) -> None:
 
 
 def _read_env(path: Path, key: str, timeout: float = 120.0) -> dict[str, str]:
+    """``tulip.env`` read as ``honcho -e`` reads it, once it holds ``key``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists():
             text = path.read_text()
             if text.endswith("\n") and f"{key}=" in text:
-                return dict(line.split("=", 1) for line in text.splitlines())
+                return dict(honcho.environ.parse(text))
         time.sleep(0.2)
     raise AssertionError(f"{path} never held {key}")
 
@@ -215,3 +217,38 @@ def test_an_application_sourcing_the_env_file_publishes_recalls_and_survives(
 
 def _said(text: str) -> Message:
     return Message(role=Role.USER, content=text)
+
+
+def test_a_second_dev_on_a_running_directory_is_refused_and_the_first_keeps_working(
+    tmp_path: Path,
+) -> None:
+    proc, env = _start_dev(tmp_path)
+    try:
+        env_text = (tmp_path / "tulip.env").read_text()
+        socket = Path(env["TULIP_REDIS_URL"].removeprefix("unix://").split("?")[0])
+        workers = {c.pid for c in psutil.Process(proc.pid).children()}
+        second = subprocess.run(
+            [*CLI, "dev", "--data-dir", str(tmp_path)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert second.returncode == 1
+        assert second.stdout == ""
+        [line] = second.stderr.splitlines()
+        assert f"PID {proc.pid}" in line and str(tmp_path) in line
+        # Nothing of the first was touched: settings, socket, workers.
+        assert (tmp_path / "tulip.env").read_text() == env_text
+        assert socket.exists()
+        assert {c.pid for c in psutil.Process(proc.pid).children()} == workers
+        with Producer(ProducerSettings.from_env(env)) as producer, Reader.from_env(env) as reader:
+            event_id = producer.session_ended(("acme", "u"), "t", [_said("I live in Oslo.")])
+            _wait_applied(reader, [event_id])
+        # `source tulip.env` exports every setting to the shell's children.
+        exported = subprocess.run(
+            ["bash", "-c", f"source {tmp_path / 'tulip.env'} && env -0"],
+            capture_output=True, text=True, timeout=30, check=True,
+            env={"PATH": os.environ["PATH"]},
+        ).stdout  # fmt: skip
+        child_env = dict(item.split("=", 1) for item in exported.split("\0") if "=" in item)
+        assert {k: child_env.get(k) for k in env} == env
+    finally:
+        _stop_dev(proc)

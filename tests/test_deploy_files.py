@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +133,11 @@ def test_environment_names_are_documented() -> None:
 
 
 def test_procfile_commands_exist() -> None:
+    """Each command parses and is one the venv installs (the Procfile's comment says
+    to put the venv on PATH)."""
     parser = _parser()
+    venv_bin = Path(sys.executable).parent
+    assert "PATH=" in (ROOT / "Procfile").read_text()
     for line in (ROOT / "Procfile").read_text().splitlines():
         if not line.strip() or line.startswith("#"):
             continue
@@ -140,6 +145,7 @@ def test_procfile_commands_exist() -> None:
         argv = shlex.split(command)
         while argv and re.fullmatch(r"[A-Z_]+=.*", argv[0]):  # environment assignments
             argv = argv[1:]
+        assert (venv_bin / argv[0]).exists(), argv[0]
         if argv[0] == "tulip-memory":
             assert hasattr(parser.parse_args(argv[1:]), "run")
         else:

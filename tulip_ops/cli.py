@@ -86,12 +86,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _dev(args: argparse.Namespace) -> int:
+    from tulip_ops.dev.lock import StackRunning
     from tulip_ops.dev.stack import DevStack
 
     started = time.perf_counter()
     stack = DevStack(args.data_dir, shards=args.shards, with_flower=not args.no_flower)
-    print(f"starting the stack under {args.data_dir.resolve()} ...", flush=True)
     stop = _stop_on_signals()
+    try:
+        stack.claim()
+    except StackRunning as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"starting the stack under {stack.data_dir} ...", flush=True)
     stack.start()
     try:
         print(f"settings written to {stack.env_file}")

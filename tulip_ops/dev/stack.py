@@ -2,10 +2,10 @@
 
 Starts Postgres 16 + pgvector and Redis (unix sockets), the workers of every role
 that has tasks (one solo worker per extract shard) and Flower, writes the settings
-it chose to ``tulip.env`` (``KEY=value`` lines an application or test can source;
-0600: it holds the DSNs and the Flower password),
-and stops everything it started on exit. A second run on the same data directory
-reuses the data: memories survive a restart.
+it chose to ``tulip.env`` (see :mod:`tulip_ops.dev.envfile`; 0600: it holds the DSNs
+and the Flower password), and stops everything it started on exit. A second run on
+the same data directory reuses the data: memories survive a restart. Two at once are
+refused (:mod:`tulip_ops.dev.lock`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from pathlib import Path
 
 from tulip_memory.private import write_private
 from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis
+from tulip_ops.dev.envfile import render_env
 from tulip_ops.dev.flower import Flower
+from tulip_ops.dev.lock import DataDirLock
 from tulip_ops.dev.supervisor import POOLED, ROLES, Supervisor, role_specs
 
 ENV_FILE = "tulip.env"
@@ -32,10 +34,20 @@ class DevStack:
     workers: Supervisor | None = None
     flower: Flower | None = None
     settings: dict[str, str] = field(default_factory=dict)
+    lock: DataDirLock | None = None
+
+    def claim(self) -> DevStack:
+        """Take the data directory; :class:`~tulip_ops.dev.lock.StackRunning`, with
+        nothing touched, when another stack runs on it."""
+        if self.lock is None:
+            self.data_dir = self.data_dir.resolve()
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self.lock = DataDirLock(self.data_dir).acquire()
+        return self
 
     def start(self) -> DevStack:
-        self.data_dir = self.data_dir.resolve()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        """Claim the directory (if not yet done), then start everything."""
+        self.claim()
         try:
             self._start_services()
             self._write_env()
@@ -72,9 +84,8 @@ class DevStack:
         return self.data_dir / ENV_FILE
 
     def _write_env(self) -> None:
-        lines = [f"{k}={v}" for k, v in sorted(self.settings.items())]
         # DSNs and the Flower password: owner-only, like the rest of the data directory.
-        write_private(self.env_file, ("\n".join(lines) + "\n").encode(), fsync=False)
+        write_private(self.env_file, render_env(self.settings).encode(), fsync=False)
 
     def stop(self) -> None:
         """Stop what was started, newest first; safe to call twice."""
@@ -90,3 +101,6 @@ class DevStack:
         if self.postgres is not None:
             self.postgres.stop()
             self.postgres = None
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
