@@ -242,6 +242,7 @@ def test_a_second_dev_on_a_running_directory_is_refused_and_the_first_keeps_work
         with Producer(ProducerSettings.from_env(env)) as producer, Reader.from_env(env) as reader:
             event_id = producer.session_ended(("acme", "u"), "t", [_said("I live in Oslo.")])
             _wait_applied(reader, [event_id])
+            assert reader.status(event_id[::-1]).state == "unknown"
         # `source tulip.env` exports every setting to the shell's children.
         exported = subprocess.run(
             ["bash", "-c", f"source {tmp_path / 'tulip.env'} && env -0"],

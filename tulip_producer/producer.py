@@ -54,6 +54,7 @@ from tulip_wire.events import (
     thread_key,
 )
 from tulip_wire.pending import PendingStates
+from tulip_wire.published import PublishedEvents
 from tulip_wire.routing import ShardRouter, stable_hash
 from tulip_wire.topology import CHECKPOINT_QUEUE_PREFIX, EXTRACT_QUEUE_PREFIX, SEQ_KEY_PREFIX
 
@@ -161,6 +162,7 @@ class _Publisher:
         self._redis = _redis_client(settings)
         self._pending = PendingStates(self._redis)
         self._pending_ttl = settings.pending_ttl
+        self._status_ttl = settings.status_ttl
         self._app = celery_app(settings)
         # Our own pool, not kombu's process-global one, so close() releases only ours.
         limit = self._app.conf.broker_pool_limit
@@ -170,8 +172,13 @@ class _Publisher:
         )
 
     def publish(self, env: Envelope) -> None:
-        """Assign the key's next sequence number and send."""
-        env = env.with_seq(int(self._redis.incr(SEQ_KEY_PREFIX + env.key)))
+        """Assign the key's next sequence number, mark the id published (one round
+        trip for both), and send."""
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.incr(SEQ_KEY_PREFIX + env.key)
+        PublishedEvents.mark(pipe, env.id, env.key, self._status_ttl)
+        seq, _ = pipe.execute()
+        env = env.with_seq(int(seq))
         self.send(env, self._wire(env))
 
     def depth(self, kind: str, key: str) -> int:

@@ -28,10 +28,11 @@ from tulip_memory.store.validation import validate_namespace
 from tulip_memory.summaries import SummaryStore, compacted_view
 from tulip_memory.turns import TurnHit
 from tulip_wire.pending import PendingStates, pending_states
+from tulip_wire.published import PublishedEvents, published_events
 
 T = TypeVar("T")
 TYPES = tuple(t.value for t in MemoryType)
-State = Literal["pending", "applied", "dead"]
+State = Literal["unknown", "pending", "applied", "dead"]
 View = Literal["full", "compacted"]
 
 
@@ -50,10 +51,12 @@ class AsyncReader:
         *,
         checkpointer: BaseCheckpointer | None = None,
         pending: PendingStates | None = None,
+        published: PublishedEvents | None = None,
     ) -> None:
         self.store = store
         self.checkpointer = checkpointer
         self.pending = pending
+        self.published = published
         self._ledger = EventLedger()
         self._ledger_ready = False
         self._tenants: TenantCheckpointers | None = None
@@ -61,7 +64,8 @@ class AsyncReader:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AsyncReader:
         """Postgres from ``TULIP_DATABASE_URL``; checkpoints from ``TULIP_CHECKPOINT_URL``
-        and the pending overlay from ``TULIP_REDIS_URL`` when they are set."""
+        and the pending overlay and published-event markers from ``TULIP_REDIS_URL``
+        (else a Redis ``TULIP_BROKER_URL``) when they are set."""
         env = os.environ if environ is None else environ
         url = env.get("TULIP_CHECKPOINT_URL", "")
         redis_url = env.get("TULIP_REDIS_URL") or env.get("TULIP_BROKER_URL", "")
@@ -69,6 +73,7 @@ class AsyncReader:
             store_from_env(env),
             checkpointer=get_checkpointer(url) if url else None,
             pending=pending_states(redis_url),
+            published=published_events(redis_url),
         )
 
     async def load(
@@ -158,16 +163,27 @@ class AsyncReader:
         return [TurnHit(m.score, m.turn, m.position, m.text, m.metadata) for m in matches]
 
     async def status(self, event_id: str) -> EventStatus:
-        """``pending`` until a worker applied the event or gave up on it."""
+        """``applied`` or ``dead`` (with the reason) once a worker is done with the
+        event; ``pending`` while it is on its way; ``unknown`` for an id no producer
+        published through this Redis (see :mod:`tulip_wire.published`). A reader
+        without Redis cannot tell the last two apart and says ``pending``."""
         async with self.store.transaction("_reader") as tx:
             if not self._ledger_ready:
                 await self._ledger.ensure(tx.conn)
                 self._ledger_ready = True
             entry = await self._ledger.get(tx.conn, event_id)
+        if entry is None and not await self._published(event_id):
+            return EventStatus(event_id, "unknown")
         if entry is None or entry.status not in (APPLIED, DEAD):
             return EventStatus(event_id, "pending")
         state: State = "applied" if entry.status == APPLIED else "dead"
         return EventStatus(event_id, state, entry.reason, entry.memories)
+
+    async def _published(self, event_id: str) -> bool:
+        """Whether a producer published ``event_id`` (True when it cannot be told)."""
+        if self.published is None:
+            return True
+        return await asyncio.to_thread(self.published.key_of, event_id) is not None
 
     async def close(self) -> None:
         await self.store.close()

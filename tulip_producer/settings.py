@@ -17,8 +17,11 @@ from urllib.parse import urlsplit
 from tulip_wire.claimcheck import DEFAULT_SPOOL_DIR, claim_check_url_from_env
 from tulip_wire.endpoints import BROKER_SCHEMES, REDIS_SCHEMES, scheme_of
 from tulip_wire.redact import redact_url
+from tulip_wire.published import DEFAULT_STATUS_TTL
 
-DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
+#: Named in the refusal when no broker is configured; never used as a default: a
+#: guessed ``redis://127.0.0.1:6379/0`` would publish into whatever Redis the host runs.
+EXAMPLE_BROKER_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_EXTRACT_SHARDS = 4
 DEFAULT_CHECKPOINT_SHARDS = 4
 #: Read-your-writes overlay lifetime: far longer than any queue backlog should last.
@@ -33,17 +36,19 @@ CLAIM_CHECK_SCHEMES = frozenset({"file", "s3", "memory"})
 class ProducerSettings:
     """Where the producer publishes, spools and stores large payloads.
 
-    ``redis_url`` (sequence numbers) defaults to ``broker_url``; ``claim_check_url``
+    ``broker_url`` has no default. ``redis_url`` (sequence numbers) defaults to
+    ``broker_url``; ``claim_check_url``
     defaults to ``file://<spool_dir>/claims``. Both defaults are resolved on
     construction, so every field holds its effective value.
     """
 
-    broker_url: str = DEFAULT_BROKER_URL
+    broker_url: str
     redis_url: str = ""
     spool_dir: Path = field(default_factory=lambda: Path(DEFAULT_SPOOL_DIR))
     extract_shards: int = DEFAULT_EXTRACT_SHARDS
     checkpoint_shards: int = DEFAULT_CHECKPOINT_SHARDS
     pending_ttl: float = DEFAULT_PENDING_TTL
+    status_ttl: float = DEFAULT_STATUS_TTL
     publish_timeout: float = DEFAULT_PUBLISH_TIMEOUT
     claim_check_url: str = ""
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
@@ -61,6 +66,7 @@ class ProducerSettings:
         _check_positive("extract_shards", self.extract_shards)
         _check_positive("checkpoint_shards", self.checkpoint_shards)
         _check_timeout("pending_ttl", self.pending_ttl)
+        _check_timeout("status_ttl", self.status_ttl)
         _check_positive("max_event_bytes", self.max_event_bytes)
         _check_timeout("publish_timeout", self.publish_timeout)
 
@@ -70,16 +76,24 @@ class ProducerSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ProducerSettings:
-        """Settings from ``TULIP_*`` variables; a malformed value raises ``ValueError``."""
+        """Settings from ``TULIP_*`` variables; a malformed value, or no
+        ``TULIP_BROKER_URL``, raises ``ValueError`` naming the variable."""
         env = os.environ if environ is None else environ
+        broker_url = env.get("TULIP_BROKER_URL", "")
+        if not broker_url:
+            raise ValueError(
+                "TULIP_BROKER_URL is not set: set it to the broker the workers consume "
+                f"(e.g. {EXAMPLE_BROKER_URL}), or pass the URL to Producer.from_urls()"
+            )
         spool_dir = Path(env.get("TULIP_SPOOL_DIR") or DEFAULT_SPOOL_DIR)
         return cls(
-            broker_url=env.get("TULIP_BROKER_URL") or DEFAULT_BROKER_URL,
+            broker_url=broker_url,
             redis_url=env.get("TULIP_REDIS_URL", ""),
             spool_dir=spool_dir,
             extract_shards=_int(env, "TULIP_EXTRACT_SHARDS", DEFAULT_EXTRACT_SHARDS),
             checkpoint_shards=_int(env, "TULIP_CHECKPOINT_SHARDS", DEFAULT_CHECKPOINT_SHARDS),
             pending_ttl=_float(env, "TULIP_PENDING_TTL", DEFAULT_PENDING_TTL),
+            status_ttl=_float(env, "TULIP_STATUS_TTL", DEFAULT_STATUS_TTL),
             publish_timeout=_float(env, "TULIP_PUBLISH_TIMEOUT", DEFAULT_PUBLISH_TIMEOUT),
             claim_check_url=claim_check_url_from_env(env),
             max_event_bytes=_int(env, "TULIP_MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),

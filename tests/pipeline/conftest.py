@@ -19,6 +19,7 @@ from tulip_ops.dev.embedded import EmbeddedRedis
 from tulip_producer import Producer
 from tulip_producer.reader import AsyncReader, Reader
 from tulip_wire.pending import pending_states
+from tulip_wire.published import published_events
 
 SHARDS = 2
 
@@ -78,6 +79,7 @@ class Pipeline:
                 PgMemory(self.database_url, table=self.table, embedder=_embedder()),
                 checkpointer=get_checkpointer(env["TULIP_CHECKPOINT_URL"]),
                 pending=pending_states(self.broker_url),
+                published=published_events(self.broker_url),
             )
         )
 
@@ -85,7 +87,7 @@ class Pipeline:
         deadline = time.monotonic() + timeout
         pending = list(ids)
         while pending and time.monotonic() < deadline:
-            pending = [e for e in pending if reader.status(e).state == "pending"]
+            pending = [e for e in pending if reader.status(e).state not in ("applied", "dead")]
             if pending:
                 time.sleep(0.2)
         assert not pending, f"{len(pending)} events never applied: {pending[:3]}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+import uuid
 
 from tests.pipeline.conftest import Pipeline
 from tulip_memory.messages import Message, Role
@@ -55,6 +56,8 @@ def test_read_path_needs_no_worker(pipeline: Pipeline) -> None:
     with pipeline.producer() as producer, pipeline.reader() as reader:
         event_id = producer.session_ended(("solo", "u"), "t", user("My pet name is Rex."))
         assert reader.status(event_id).state == "pending"
+        assert reader.status(uuid.uuid4().hex).state == "unknown"
+        assert reader.status("not an id").state == "unknown"
         assert reader.recall(("solo", "u"), "pet") == []
         started = time.monotonic()
         pipeline.start_shards()

@@ -23,7 +23,7 @@ def test_kombu_url_spells_redis_unix_sockets_its_own_way() -> None:
 
 
 def test_redis_publishes_are_bounded_without_a_retry_loop() -> None:
-    options = transport_options(ProducerSettings(publish_timeout=0.5))
+    options = transport_options(ProducerSettings(broker_url="redis://h", publish_timeout=0.5))
     assert options == {"max_retries": 0, "socket_timeout": 0.5, "socket_connect_timeout": 0.5}
 
 

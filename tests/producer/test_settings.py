@@ -7,11 +7,23 @@ from pathlib import Path
 
 import pytest
 
-from tulip_producer import ProducerSettings
+from tulip_producer import Producer, ProducerSettings
+
+BROKER = "redis://broker:6379/0"
 
 
-def test_defaults_from_an_empty_environment() -> None:
-    s = ProducerSettings.from_env({})
+def test_no_broker_is_guessed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TULIP_BROKER_URL", raising=False)
+    with pytest.raises(ValueError, match=r"^TULIP_BROKER_URL is not set.*from_urls"):
+        ProducerSettings.from_env({"TULIP_REDIS_URL": "redis://cache:6379/0"})
+    with pytest.raises(ValueError, match="TULIP_BROKER_URL is not set"):
+        Producer.from_env()
+    with pytest.raises(TypeError, match="broker_url"):
+        ProducerSettings()  # type: ignore[call-arg]
+
+
+def test_defaults_besides_the_broker() -> None:
+    s = ProducerSettings.from_env({"TULIP_BROKER_URL": "redis://127.0.0.1:6379/0"})
     assert s.broker_url == "redis://127.0.0.1:6379/0"
     assert s.redis_url == s.broker_url
     assert s.spool_dir == Path(".tulip-spool").absolute()
@@ -44,10 +56,15 @@ def test_values_from_the_environment(tmp_path: Path) -> None:
 
 def test_an_explicit_claim_check_url_wins(tmp_path: Path) -> None:
     s = ProducerSettings.from_env(
-        {"TULIP_CHECKPOINT_URL": "s3://bucket/cp", "TULIP_CLAIM_CHECK_URL": "memory://claims"}
+        {
+            "TULIP_BROKER_URL": BROKER,
+            "TULIP_CHECKPOINT_URL": "s3://bucket/cp",
+            "TULIP_CLAIM_CHECK_URL": "memory://claims",
+        }
     )
     assert s.claim_check_url == "memory://claims"
-    assert ProducerSettings(spool_dir=tmp_path).claim_check_url == f"file://{tmp_path}/claims"
+    settings = ProducerSettings(broker_url=BROKER, spool_dir=tmp_path)
+    assert settings.claim_check_url == f"file://{tmp_path}/claims"
 
 
 @pytest.mark.parametrize(
@@ -66,10 +83,10 @@ def test_an_explicit_claim_check_url_wins(tmp_path: Path) -> None:
 )
 def test_bad_values_fail_early_naming_the_setting(env: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        ProducerSettings.from_env(env)
+        ProducerSettings.from_env({"TULIP_BROKER_URL": BROKER, **env})
 
 
 def test_settings_are_frozen() -> None:
-    s = ProducerSettings()
+    s = ProducerSettings(broker_url=BROKER)
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.broker_url = "redis://elsewhere"  # type: ignore[misc]
