@@ -166,7 +166,7 @@ async def test_refusals_name_what_is_wrong(table: Table) -> None:
     store = table.store()
     await fill(store, ["acme"], 3)
     reindexer = Reindexer(store, send=lambda j, r: None)
-    with pytest.raises(ReindexError, match="unknown embedding model 'hashing:zero'"):
+    with pytest.raises(ReindexError, match="invalid embedding model 'hashing:zero'"):
         await reindexer.start("hashing:zero", tenant="acme")
     with pytest.raises(ReindexError, match="already on 'hashing-32'"):
         await reindexer.start(OLD, tenant="acme")

@@ -161,9 +161,10 @@ class LiteLLMEmbedder(BaseEmbedding):
 
     async def _call_with_retries(self, batch: list[str]) -> Any:
         litellm = await import_litellm_async()
+        request = self._request(litellm, batch)  # a missing API key raises here, untried
         for attempt in range(self.max_retries + 1):
             try:
-                return await litellm.aembedding(**self._request(litellm, batch))
+                return await litellm.aembedding(**request)
             except Exception as e:
                 if not is_retryable(e) or attempt == self.max_retries:
                     raise EmbeddingError(
@@ -271,7 +272,7 @@ def _openai_client(
     """An OpenAI SDK client pinned at one attempt, when litellm would use the OpenAI SDK.
 
     Mirrors litellm's own resolution of base URL and key for the "openai" provider;
-    without a key it returns None and litellm reports the missing key as usual.
+    without a key it raises :class:`EmbeddingError` at once, with no retries.
     """
     try:
         _, provider, dynamic_key, dynamic_base = litellm.get_llm_provider(
@@ -288,8 +289,11 @@ def _openai_client(
         or litellm.openai_key
         or os.environ.get("OPENAI_API_KEY")
     )
-    if not key:
-        return None
+    if not key:  # the SDK would refuse every attempt; litellm reports it as a 500
+        raise EmbeddingError(
+            f"OPENAI_API_KEY is not set: {model!r} (provider 'openai') needs an API key, "
+            "also for an OpenAI-compatible server at an api_base (any value it accepts)"
+        )
     base = (
         dynamic_base
         or litellm.api_base

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tulip_memory.embeddings import BaseEmbedding
+from tulip_memory.errors import EmbeddingError
 from tulip_memory.reindex import sql
 from tulip_memory.reindex.model import Progress, ReindexConflict, ReindexError, ReindexJob
 from tulip_memory.reindex.ranges import KINDS, Range, cut
@@ -147,14 +148,15 @@ class Reindexer:
     async def _probe(self, model: str, api_base: str | None) -> tuple[BaseEmbedding, int]:
         try:
             embedder = self._build(model, api_base)
+        except ValueError as e:  # the factory's message names the model and the fix
+            raise ReindexError(str(e)) from e
         except Exception as e:
             raise ReindexError(f"unknown embedding model {model!r}: {e}") from e
         try:
             vectors = await embedder.aembed(_PROBE)
         except Exception as e:
-            raise ReindexError(
-                f"embedding model {model!r} does not answer a probe: {type(e).__name__}: {e}"
-            ) from e
+            cause = str(e) if isinstance(e, EmbeddingError) else f"{type(e).__name__}: {e}"
+            raise ReindexError(f"embedding model {model!r} does not answer a probe: {cause}") from e
         return embedder, int(vectors.shape[1])
 
     async def _create(
