@@ -1,8 +1,14 @@
-"""The ``tulip-memory`` command line."""
+"""The ``tulip-memory`` command line.
+
+Errors a user can fix (a setting missing or malformed, an option out of range, a
+service that does not answer) print one ``error:`` line naming the variable or option
+and exit non-zero; argparse's own usage errors are one line too.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import signal
 import sys
 import threading
@@ -10,12 +16,26 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
+from tulip_memory.errors import TulipMemoryError
 from tulip_ops.dev.supervisor import POOLED, ROLES
 
 if TYPE_CHECKING:
     from tulip_ops.dev.stack import DevStack
+
+DESCRIPTION = (
+    "The tulip-memory pipeline's processes and tools: a development stack, the workers "
+    "of each role, database provisioning, dead letters and online reindexes."
+)
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the command, the problem, where help is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -23,16 +43,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not hasattr(args, "run"):
         parser.print_help()
-        return 2
-    result: int = args.run(args)
+        return EXIT_USAGE
+    try:
+        result: int = args.run(args)
+    except (ValueError, TulipMemoryError) as e:  # configuration: the message names it
+        return _fail(e, EXIT_USAGE)
+    except OSError as e:  # a service that does not answer
+        return _fail(e, 1)
     return result
 
 
+def _fail(error: BaseException, code: int) -> int:
+    message = " ".join(str(error).split()) or type(error).__name__
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("tulip-memory")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tulip-memory", description=__doc__)
+    parser = _Parser(prog="tulip-memory", description=DESCRIPTION)
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {version()}", help="print the version"
+    )
     sub = parser.add_subparsers(title="commands")
     dev = sub.add_parser("dev", help="run the stack on embedded services under one data dir")
-    dev.add_argument("--data-dir", type=Path, default=Path(".tulip-dev"))
+    dev.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(".tulip-dev"),
+        help="where the stack keeps its data, sockets, logs and tulip.env (default: .tulip-dev)",
+    )
     dev.add_argument("--demo", action="store_true", help="run the demo workload, check, exit")
     dev.add_argument("--tenants", type=int, default=5, help="demo: number of tenants")
     dev.add_argument("--users", type=int, default=40, help="demo: users per tenant")
@@ -41,9 +87,13 @@ def _parser() -> argparse.ArgumentParser:
     dev.set_defaults(run=_dev)
 
     worker = sub.add_parser("worker", help="run and supervise the Celery workers of a role")
-    worker.add_argument("role", choices=sorted([*ROLES, *POOLED]))
+    worker.add_argument("role", choices=sorted([*ROLES, *POOLED]), help="the role to run")
     worker.add_argument(
-        "--shards", type=int, nargs="*", help="only these shard numbers (default: all)"
+        "--shards",
+        type=int,
+        nargs="+",
+        metavar="K",
+        help="only these shard numbers, 0..TULIP_<ROLE>_SHARDS-1 (default: every shard)",
     )
     worker.add_argument("--log-dir", type=Path, help="one log file per worker (default: stdout)")
     worker.set_defaults(run=_worker)
@@ -51,8 +101,12 @@ def _parser() -> argparse.ArgumentParser:
     provision = sub.add_parser(
         "provision", help="create the application role (TULIP_DATABASE_ADMIN_URL needed)"
     )
-    provision.add_argument("--role", default="tulip_app")
-    provision.add_argument("--schema", default="public")
+    provision.add_argument(
+        "--role", default="tulip_app", help="the application role (default: tulip_app)"
+    )
+    provision.add_argument(
+        "--schema", default="public", help="the schema it may create tables in (default: public)"
+    )
     provision.set_defaults(run=_provision)
 
     from tulip_ops.reindex_cli import add_parser as add_reindex
@@ -73,14 +127,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     dlq_sub = dlq.add_subparsers(title="dlq commands", required=True)
     listing = dlq_sub.add_parser("list", help="newest dead letters first")
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument(
+        "--limit", type=int, default=50, help="at most this many letters (default: 50)"
+    )
     listing.add_argument("--all", action="store_true", help="include replayed ones")
     listing.set_defaults(run=_dlq, action="list")
     show = dlq_sub.add_parser("show", help="one dead letter with its event body")
-    show.add_argument("event_id")
+    show.add_argument("event_id", help="the dead event's id")
     show.set_defaults(run=_dlq, action="show")
     replay = dlq_sub.add_parser("replay", help="re-publish with the original sequence number")
-    replay.add_argument("event_id")
+    replay.add_argument("event_id", help="the dead event's id")
     replay.set_defaults(run=_dlq, action="replay")
     return parser
 

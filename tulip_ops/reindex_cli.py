@@ -19,11 +19,20 @@ from tulip_memory.reindex.reindexer import MAX_BATCH, Reindexer
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DETACHED = 0, 1, 2, 130
 
 
+DESCRIPTION = """\
+Start, watch, resume, cancel and finalize online reindexes.
+
+Settings come from the environment: TULIP_DATABASE_URL and TULIP_MEMORY_TABLE
+(the table), TULIP_DATABASE_ADMIN_URL (to list tenants when reindexing all of
+them) and TULIP_BROKER_URL (where batches go: the memory.reindex queue).
+"""
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "reindex",
         help="move the table's vectors to another embedding model while it serves",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--model", help="the new model: hashing[:N], local[:name], provider/model")
@@ -83,10 +92,9 @@ async def _act(reindexer: Reindexer, args: argparse.Namespace) -> int:
     if args.status:
         progress = await reindexer.status(args.tenant)
         if progress is None:
-            print(
-                "no reindex job for " + (f"tenant {args.tenant!r}" if args.tenant else "the table")
-            )
-            return EXIT_FAILED
+            scope = f"tenant {args.tenant!r}" if args.tenant else "the table"
+            print(f"no reindex job for {scope}; `tulip-memory reindex --model NEW` starts one")
+            return EXIT_OK
         print("\n".join(describe(progress)))
         return EXIT_OK
     if args.cancel:
@@ -109,7 +117,11 @@ async def _act(reindexer: Reindexer, args: argparse.Namespace) -> int:
         print("detached; `tulip-memory reindex --status` shows progress")
         return EXIT_OK
     bar = ProgressBar(sys.stdout)
-    return _outcome(await reindexer.watch(job.id, bar.update))
+    try:
+        progress = await reindexer.watch(job.id, bar.update)
+    finally:
+        bar.close()
+    return _outcome(progress)
 
 
 def _outcome(p: Progress) -> int:

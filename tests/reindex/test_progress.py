@@ -50,3 +50,40 @@ def test_status_says_what_to_do_next() -> None:
     assert any("--resume" in line for line in paused)
     switched = describe(Progress(job("switched"), 10, 10, 1_000))
     assert any("--finalize" in line for line in switched)
+
+
+def test_on_a_narrow_terminal_the_bar_fits_every_redraw() -> None:
+    """A real pseudo-terminal 60 columns wide: every redraw of the line fits in it,
+    so nothing wraps and no stale line is left behind."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 60, 0, 0))
+    out = os.fdopen(slave, "w", encoding="utf-8")
+    try:
+        bar = ProgressBar(out)
+        for done in (0, 2_500, 5_000, 10_000):
+            status = "switched" if done == 10_000 else "running"
+            bar.update(Progress(job(status), 100, done // 100, done))
+        out.flush()
+        written = os.read(master, 65536).decode("utf-8", "replace")
+    finally:
+        out.close()
+        os.close(master)
+    redraws = [r for line in written.split("\n") for r in line.split("\r") if r.strip()]
+    assert redraws and all(len(r) <= 60 for r in redraws), [len(r) for r in redraws]
+    assert redraws[-1].startswith("job 3 switched") and "10000/10000" in redraws[-1]
+    assert written.rstrip("\r\n").count("\n") == 0  # one line, redrawn in place
+
+
+def test_off_a_terminal_no_carriage_returns_or_escapes() -> None:
+    out = io.StringIO()
+    bar = ProgressBar(out)
+    bar.update(Progress(job(), 100, 0, 0))
+    bar.update(Progress(job("switched"), 100, 100, 10_000))
+    assert "\r" not in out.getvalue() and "\x1b" not in out.getvalue()
+    assert len(out.getvalue().splitlines()) == 2

@@ -1,11 +1,17 @@
-"""The reindex progress bar: fraction, rows/s over a sliding window, and ETA."""
+"""The reindex progress bar: fraction, rows/s over a sliding window, and ETA.
+
+On a terminal it is a ``tqdm`` bar, refitted to the terminal's width on every refresh
+(a narrow or resized terminal gets a shorter bar, never a wrapped line left behind);
+anywhere else (a log file, CI, a pipe) a plain line every few seconds and on every
+status change, without carriage returns or escape codes.
+"""
 
 from __future__ import annotations
 
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 from tulip_memory.reindex.model import Progress
 
@@ -17,8 +23,8 @@ _LINE_EVERY = 5.0
 
 
 class ProgressBar:
-    """Renders :class:`Progress` snapshots: one rewritten line on a terminal, a line
-    every few seconds otherwise (logs, CI)."""
+    """Renders :class:`Progress` snapshots: a tqdm bar on a terminal, a line every few
+    seconds otherwise (logs, CI)."""
 
     def __init__(self, out: TextIO, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._out = out
@@ -27,6 +33,7 @@ class ProgressBar:
         self._samples: deque[tuple[float, int]] = deque()
         self._last_line = float("-inf")
         self._last_status: str | None = None
+        self._bar: Any = None  # the tqdm bar, made on the first update on a terminal
 
     def rate(self) -> float | None:
         """Rows per second over the window; ``None`` before two samples."""
@@ -40,15 +47,46 @@ class ProgressBar:
         self._samples.append((now, p.rows_done))
         while len(self._samples) > 2 and now - self._samples[0][0] > _WINDOW:
             self._samples.popleft()
-        line = render(p, self.rate())
         changed = p.job.status != self._last_status
         self._last_status = p.job.status
         if self._tty:
-            self._out.write("\r\x1b[K" + line + ("\n" if p.finished else ""))
+            self._draw(p)
         elif changed or p.finished or now - self._last_line >= _LINE_EVERY:
-            self._out.write(line + "\n")
+            self._out.write(render(p, self.rate()) + "\n")
             self._last_line = now
         self._out.flush()
+
+    def _draw(self, p: Progress) -> None:
+        from tqdm import tqdm
+
+        job = p.job
+        planned = max(job.planned_rows, p.rows_done)
+        if self._bar is None:
+            self._bar = tqdm(
+                total=planned,
+                file=self._out,
+                unit=" rows",
+                dynamic_ncols=True,  # the terminal's width at every refresh
+                mininterval=0.5,
+                smoothing=0.1,
+                leave=True,
+            )
+        bar = self._bar
+        bar.total = planned
+        # The status first: a narrow terminal cuts the line's end, not what matters.
+        bar.set_description_str(f"job {job.id} {job.status}", refresh=False)
+        bar.set_postfix_str(f"{p.ranges_done}/{p.ranges} batches to {job.spec}", refresh=False)
+        bar.update(p.rows_done - bar.n)
+        if p.finished:
+            bar.refresh()
+            bar.close()
+            self._bar = None
+
+    def close(self) -> None:
+        """End the terminal bar where it stands (an interrupted watch)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
 
 def render(p: Progress, rate: float | None) -> str:

@@ -62,9 +62,12 @@ def role_specs(role: str, shards: int, only: Sequence[int] | None = None) -> lis
         known = ", ".join(sorted([*ROLES, *POOLED]))
         raise ValueError(f"unknown worker role {role!r}; known roles: {known}")
     chosen = list(range(shards)) if not only else list(only)
-    bad = [k for k in chosen if not 0 <= k < shards]
+    bad = [str(k) for k in chosen if not 0 <= k < shards]
     if bad:
-        raise ValueError(f"shards {bad} out of range 0..{shards - 1}")
+        raise ValueError(
+            f"--shards {' '.join(bad)} out of range: {role} has shards 0..{shards - 1} "
+            f"(TULIP_{role.upper()}_SHARDS={shards})"
+        )
     return [WorkerSpec(f"{role}-{k}", (f"{ROLES[role]}.{k}",)) for k in chosen]
 
 

@@ -1,0 +1,108 @@
+"""The CLI as a newcomer meets it: a version, plain help on every option, and for each
+mistake one line on stderr that names the variable or option, and a non-zero exit."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from tests.support.openai_server import FakeOpenAI
+from tulip_ops.cli import _parser, version
+
+CLI = [sys.executable, "-m", "tulip_ops.cli"]
+UNSET = ("TULIP_DATABASE_URL", "TULIP_DATABASE_ADMIN_URL", "TULIP_BROKER_URL", "OPENAI_API_KEY")
+
+
+def run(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in UNSET}
+    return subprocess.run(
+        [*CLI, *argv], capture_output=True, text=True, timeout=120, check=False,
+        env={**base, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **env},
+    )  # fmt: skip
+
+
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode != 0, done.stdout
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "\x1b" not in done.stderr and "Traceback" not in done.stderr
+    return lines[0]
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found += _parsers(child)
+    return found
+
+
+def test_version() -> None:
+    done = run("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"tulip-memory {version()}" and version() != "unknown"
+
+
+def test_every_option_has_plain_help() -> None:
+    for parser in _parsers(_parser()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction | argparse._HelpAction):
+                continue
+            assert action.help and action.help != argparse.SUPPRESS, (parser.prog, action.dest)
+        text = parser.format_help()
+        assert "``" not in text and ":class:" not in text, parser.prog
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        (["worker", "extract", "--shards"], {}, "--shards: expected at least one argument"),
+        (["worker", "extract", "--shards", "7"], {"TULIP_EXTRACT_SHARDS": "2"}, "--shards 7 out"),
+        (["worker", "extract"], {"TULIP_EXTRACT_SHARDS": "four"}, "TULIP_EXTRACT_SHARDS"),
+        (["reindex", "--status"], {}, "TULIP_DATABASE_URL is not set"),
+        (["reindex"], {}, "--model NEW is needed"),
+        (["dlq", "list"], {}, "TULIP_DATABASE_ADMIN_URL"),
+        (["provision"], {}, "TULIP_DATABASE_ADMIN_URL"),
+        (["nonsense"], {}, "invalid choice: 'nonsense'"),
+    ],
+)
+def test_configuration_errors_are_one_line(
+    argv: list[str], env: dict[str, str], expected: str
+) -> None:
+    assert expected in one_error_line(run(*argv, **env))
+
+
+def test_an_unknown_provider_is_one_line_without_litellm_banners(pg_dsn: str) -> None:
+    line = one_error_line(
+        run("reindex", "--model", "nosuchprovider/xyz", "--tenant", "acme",
+            TULIP_DATABASE_URL=pg_dsn)
+    )  # fmt: skip
+    assert line.count("unknown embedding model 'nosuchprovider/xyz'") == 1, line
+    assert "Provider List" not in line and "Give Feedback" not in line
+
+
+def test_a_missing_api_key_is_refused_before_any_request(
+    pg_dsn: str, fake_openai: FakeOpenAI
+) -> None:
+    line = one_error_line(
+        run("reindex", "--model", "openai/text-embedding-3-small", "--tenant", "acme",
+            "--api-base", fake_openai.url, TULIP_DATABASE_URL=pg_dsn)
+    )  # fmt: skip
+    assert "OPENAI_API_KEY is not set" in line
+    assert fake_openai.requests == []  # refused, not retried
+
+
+def test_status_without_a_job_is_not_an_error(pg_dsn: str) -> None:
+    table = f"cli_{uuid.uuid4().hex[:8]}"
+    done = run("reindex", "--status", "--tenant", "acme",
+               TULIP_DATABASE_URL=pg_dsn, TULIP_MEMORY_TABLE=table)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "no reindex job for tenant 'acme'; `tulip-memory reindex --model NEW` starts one"
+    )
