@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 from tulip_wire.claimcheck import DEFAULT_SPOOL_DIR, claim_check_url_from_env
 from tulip_wire.endpoints import BROKER_SCHEMES, REDIS_SCHEMES, scheme_of
-from tulip_wire.redact import redact_url
 from tulip_wire.published import DEFAULT_STATUS_TTL
+from tulip_wire.redact import redact_url
 
 #: Named in the refusal when no broker is configured; never used as a default: a
 #: guessed ``redis://127.0.0.1:6379/0`` would publish into whatever Redis the host runs.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tulip_wire.env import REDIS_SCHEMES
+from tulip_wire.endpoints import REDIS_SCHEMES, redis_client, scheme_of
 
 PUBLISHED_KEY_PREFIX = "tulip:published:"
 DEFAULT_STATUS_TTL = 24 * 3600.0
@@ -41,8 +41,6 @@ class PublishedEvents:
 
 def published_events(redis_url: str) -> PublishedEvents | None:
     """The markers on ``redis_url``, or ``None`` when that is not a Redis URL."""
-    if not redis_url.startswith(REDIS_SCHEMES):
+    if scheme_of(redis_url) not in REDIS_SCHEMES:
         return None
-    import redis
-
-    return PublishedEvents(redis.Redis.from_url(redis_url))
+    return PublishedEvents(redis_client(redis_url))
