@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import re
 import signal
 import sys
 import threading
@@ -32,10 +33,22 @@ EXIT_USAGE = 2
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: the command, the problem, where help is."""
+    """argparse with plain help (commands may take their description from an RST
+    docstring) and one-line errors: the command, the problem, where help is."""
+
+    def format_help(self) -> str:
+        return plain_text(super().format_help())
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def plain_text(text: str) -> str:
+    """RST inline markup as plain text: ``x`` and :role:`x` become x."""
+    return _RST_ROLE.sub(r"\1", text).replace("``", "")
+
+
+_RST_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
