@@ -14,6 +14,9 @@ Beyond the seed: a manager with no scope (``user_id``, ``agent_id``, ``run_id``)
 refused at construction, as its memories would pool every user together; and a mem0
 failure at session end is logged (without the conversation's text) and emitted as
 ``memory.manager.extract_failed``, never raised, as for every other manager.
+
+mem0 itself reports usage to PostHog unless ``MEM0_TELEMETRY=False`` is set in the
+environment before it is first imported; this module does not change that for you.
 """
 
 from __future__ import annotations
