@@ -43,7 +43,8 @@ FEELINGS = re.compile(
     r"(?:happy|glad|sad|sorry|excited|thrilled|stoked|grateful|thankful|proud|tired|busy|"
     r"swamped|exhausted|stressed|nervous|worried|bummed|good|great|fine|okay|ok|relieved|"
     r"overwhelmed|amazed|touched|moved|inspired|impressed|curious|blessed|lucky|pumped|"
-    r"psyched|hyped|keen to|in awe|speechless|sure|not sure|doing)\b",
+    r"psyched|hyped|keen to|in awe|speechless|sure|not sure|doing|determined|confident|"
+    r"positive|motivated|optimistic|hopeful|hanging in)\b",
     _I,
 )
 _IMPERATIVE = re.compile(

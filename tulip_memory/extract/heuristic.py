@@ -37,7 +37,7 @@ from tulip_memory.extract.clauses import (
 )
 from tulip_memory.extract.clauses import sentences as _sentences
 from tulip_memory.extract.dates import resolve
-from tulip_memory.extract.person import third_person
+from tulip_memory.extract.person import SECOND_PERSON, third_person
 from tulip_memory.extract.words import DEMONYMS, NOT_ROLES, STOP
 from tulip_memory.manager.memory import Memory, MemoryType
 from tulip_memory.messages import Message, Role, message_id
@@ -125,7 +125,7 @@ def sentence_memories(
 
 def clause_memory(clause: str, said: Said) -> Memory | None:
     """The memory one clause states about its speaker, if any."""
-    spoken = speaker_clause(_SUBJECTLESS.sub(_restore_subject, clause))
+    spoken = speaker_clause(_SUBJECTLESS.sub(_restore_subject, _VOCATIVE.sub("", clause)))
     if spoken is None or not about_speaker(spoken) or not informative(spoken):
         return None
     clause = spoken
@@ -205,7 +205,7 @@ def _sourced(memory: Memory, message: Message) -> Memory:
 _VOCATIVE = re.compile(r",\s*[A-Z][a-z]+[!.]?$")
 _SUBJECTLESS = re.compile(
     r"^(?P<w>gonna|going to|planning|thinking of|thinking about|heading|hoping|trying|"
-    r"looking forward|been|wanna|just got|just finished|just started|got|went|started|"
+    r"looking forward|wanna|just got|just finished|just started|got|went|started|"
     r"finished|spent)\b",
     _I,
 )
@@ -214,8 +214,6 @@ _SUBJECTLESS = re.compile(
 def _restore_subject(m: re.Match[str]) -> str:
     """ "Gonna start a course" is the speaker's: "I'm gonna start a course"."""
     word = m["w"].lower()
-    if word == "been":
-        return f"I've {word}"
     if word.startswith(
         ("gonna", "going", "planning", "thinking", "heading", "hoping", "trying", "looking")
     ):
@@ -443,8 +441,8 @@ def _instruction(text: str, said: Said) -> Memory | None:
 
 
 def _note(text: str, said: Said) -> Memory | None:
-    if said.signal != "explicit":
-        return None  # a correction of nothing we can name is not keyable
+    if said.signal != "explicit" or SECOND_PERSON.search(text):
+        return None  # a correction of nothing we can name is not keyable; advice is no note
     kind = MemoryType.REFERENCE if _URL.search(text) else MemoryType.USER
     content = text[:1].upper() + text[1:] + "."
     return _memory(kind, f"note-{slug(text)}", content, said, "note")

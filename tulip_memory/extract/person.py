@@ -97,12 +97,17 @@ def _agree(m: re.Match[str]) -> str:
     return conjugate(m["verb"])
 
 
+def _past(word: str) -> bool:
+    """An irregular past form, also with a prefix (retook, overslept, misunderstood)."""
+    return word in PAST or any(word.endswith(p) for p in PAST if len(p) >= 4)
+
+
 def conjugate(verb: str) -> str:
     """The third-person singular of a verb that followed "I"."""
     low = verb.lower()
     if low in _IRREGULAR_PRESENT:
         return _IRREGULAR_PRESENT[low]
-    if low in MODALS or low in PAST or low.endswith(("ed", "n't", "'d")) or "'" in low:
+    if low in MODALS or low.endswith(("ed", "n't", "'d")) or "'" in low or _past(low):
         return verb
     if low.endswith(("s", "sh", "ch", "x", "z", "o")):
         return verb + "es"

@@ -27,7 +27,9 @@ EMPTY = wordset(
     time times tired to today told too totally tried try trying understand up us very
     wanna want wanted was way we we're we've well went were what which who will wish
     with wonderful worried would wow yeah yep yes can't couldn't won't wouldn't don't
-    didn't isn't wasn't haven't hasn't doesn't wait thanks thank please
+    didn't isn't wasn't haven't hasn't doesn't wait thanks thank please give giving
+    quit quitting staying stay positive determined focused motivated confident
+    optimistic hopeful pay off it'll end there
     """
 )
 
