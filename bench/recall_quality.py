@@ -20,7 +20,11 @@ the table reports them, the held-out rest, and all of them.
 
 Usage::
 
-    python bench/recall_quality.py --dataset '../shared/data/locomo10/*.json'
+    python -m bench.recall_quality --dataset '../shared/data/locomo10/*.json'
+    python -m bench.recall_quality --mode pipeline --dataset '../shared/data/locomo10/*.json'
+
+``--mode pipeline`` (bench/quality_pipeline.py) imports the conversations through real
+workers and reports turn and memory recall, the import rate and live latency.
 
 Without ``--admin-dsn`` it runs on an embedded Postgres 16 + pgvector in a temp dir.
 """
@@ -38,6 +42,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +78,7 @@ class Question:
     text: str
     evidence: frozenset[str]
     category: int
+    answer: str | None = None  # None: the data set gives none (adversarial questions)
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,9 @@ class Conversation:
     sample: str
     turns: list[Turn]
     questions: list[Question]
+    speakers: tuple[str, ...] = ()
+    #: Session number -> the session's date and time, epoch seconds (UTC).
+    dates: dict[int, float] = field(default_factory=dict)
 
     @property
     def namespace(self) -> tuple[str, ...]:
@@ -107,12 +116,25 @@ def load(paths: Sequence[str]) -> list[Conversation]:
                     )
                 )
         questions = [
-            Question(q["question"], _evidence(q["evidence"]), int(q["category"]))
+            Question(
+                q["question"],
+                _evidence(q["evidence"]),
+                int(q["category"]),
+                None if q.get("answer") is None else str(q["answer"]),
+            )
             for q in data["qa"]
             if q.get("evidence")
         ]
-        out.append(Conversation(Path(path).stem, turns, questions))
+        speakers = tuple(s for s in (data.get("speaker_a"), data.get("speaker_b")) if s)
+        dates = {n: _session_time(data[f"{key}_date_time"]) for n, key in sessions}
+        out.append(Conversation(Path(path).stem, turns, questions, speakers, dates))
     return out
+
+
+def _session_time(text: str) -> float:
+    """``1:56 pm on 8 May, 2023`` as epoch seconds (the data set gives no zone: UTC)."""
+    when = datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y")
+    return when.replace(tzinfo=UTC).timestamp()
 
 
 def _evidence(ids: Sequence[str]) -> frozenset[str]:
@@ -322,6 +344,18 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--vector-weight", type=float)
     p.add_argument("--k1", type=float)
     p.add_argument("--b", type=float)
+    p.add_argument(
+        "--mode",
+        choices=("direct", "pipeline"),
+        default="direct",
+        help="direct: index the turns straight into the store (the methods above);\n"
+        "pipeline: import the conversations through real workers (bench/quality_pipeline.py),\n"
+        "against the direct hybrid (hashing encoder) measured in the same run",
+    )
+    p.add_argument("--broker-url", help="pipeline: a Redis of its own (default: embedded)")
+    p.add_argument("--shards", type=int, default=2, help="pipeline: extraction shard workers")
+    p.add_argument("--max-backlog", type=int, default=2, help="pipeline: the import's backlog")
+    p.add_argument("--seed", type=int, default=7, help="pipeline: the sample of memories")
     return p.parse_args(argv)
 
 
@@ -338,9 +372,110 @@ async def main_async(args: argparse.Namespace) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    asyncio.run(main_async(parse(argv)))
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    if args.mode == "pipeline":
+        return pipeline_main(args)
+    asyncio.run(main_async(args))
+    return 0
+
+
+def pipeline_main(args: argparse.Namespace) -> int:
+    from bench._services import bench_main
+    from bench.quality_pipeline import PipelineResult, run_pipeline
+
+    paths = sorted(glob.glob(args.dataset))
+    if not paths:
+        raise SystemExit(f"no file matches {args.dataset!r}")
+    convs = load(paths)
+    if args.only:
+        convs = [c for c in convs if c.sample in set(args.only.split(","))]
+
+    def measure(stack: Any) -> tuple[PipelineResult, Result, list[Conversation]]:
+        result, services = run_pipeline(
+            stack,
+            convs,
+            admin_dsn=args.admin_dsn,
+            broker_url=args.broker_url,
+            shards=args.shards,
+            max_backlog=args.max_backlog,
+            seed=args.seed,
+        )
+        direct = asyncio.run(_direct_hybrid(args, convs, services.app_dsn, services.admin_dsn))
+        return result, direct, convs
+
+    return bench_main(measure, lambda r: pipeline_report(*r))
+
+
+async def _direct_hybrid(
+    args: argparse.Namespace, convs: list[Conversation], app_dsn: str, admin_dsn: str
+) -> Result:
+    """The baseline of the same run: every message a turn of its own, hybrid ranking with
+    the hashing encoder, indexed straight into the store."""
+    table = "bench_locomo_direct"
+    await _drop(admin_dsn, table)
+    store = PgMemory(app_dsn, table=table, embedder=HashingEmbedder(384), encoding_cache=0)
+    try:
+        await index(store, convs, args.text)
+        return await ask("direct hybrid (hashing-384)", store, convs, args.top_k)
+    finally:
+        await store.close()
+        await _drop(admin_dsn, table)
+
+
+def pipeline_report(result: Any, direct: Result, convs: list[Conversation]) -> None:
+    from bench.quality_pipeline import hit_rate, latency_line
+
+    every = [c.sample for c in convs]
+    direct_ranks = [r for s in every for r in direct.ranks[s]]
+    print(
+        f"\nLoCoMo through the pipeline: {len(convs)} conversations, {result.events} events"
+        f" (a session per speaker), {result.messages} messages (one per speaker namespace)"
+    )
+    print(
+        f"messages indexed as turns: {result.indexed / max(1, result.messages):.4f}"
+        f" ({result.indexed}/{result.messages}; {result.duplicated} indexed twice;"
+        f" {result.turns} turns)"
+    )
+    print(f"\n{'turn recall':34} {'hit@1':>6} {'hit@5':>6} {'hit@10':>7}")
+    for label, ranks in (
+        ("pipeline (turns of the workers)", result.turn_ranks),
+        (direct.method, direct_ranks),
+    ):
+        print(f"{label:34}" + "".join(f" {hit_rate(ranks, k):{6 if k < 10 else 7}.3f}" for k in KS))
+    ratio = hit_rate(result.turn_ranks, 10) / max(1e-9, hit_rate(direct_ranks, 10))
+    print(f"{'pipeline / direct at 10':34} {ratio:21.3f}")
+    categories = sorted(set(result.categories))
+    print("\nturn hit@10 by the data set's question category (2: temporal)")
+    print(f"{'':34}" + "".join(f" {c:>6}" for c in categories))
+    for label, ranks in (("pipeline", result.turn_ranks), ("direct hybrid", direct_ranks)):
+        row = f"{label:34}"
+        for cat in categories:
+            mine = [r for r, c in zip(ranks, result.categories, strict=True) if c == cat]
+            row += f" {hit_rate(mine, 10):6.3f}"
+        print(row)
+    answered = result.answer_hits
+    share = sum(answered) / max(1, len(answered))
+    print(
+        f"\nmemories: {result.memories} stored; answer@10 {share:.3f}"
+        f" ({len(answered)} questions with an answer); evidence@10"
+        f" {sum(result.evidence_hits) / max(1, len(result.evidence_hits)):.3f}"
+        f" ({len(result.evidence_hits)} questions)"
+    )
+    rate = result.events / max(1e-9, result.import_seconds)
+    print(
+        f"\nimport: {result.events} events, {result.messages // 2} messages in"
+        f" {result.import_seconds:.1f}s: {rate:.2f} events/s, "
+        f"{result.messages / 2 / max(1e-9, result.import_seconds):.1f} messages/s"
+        " (published to applied)"
+    )
+    print(f"\n{'live event latency (ms)':28} {'n':>5} {'p50':>8} {'p95':>8} {'max':>8}")
+    print(latency_line("during the import", result.live_busy))
+    print(latency_line("idle pipeline", result.live_idle))
+    print(f"\n{len(result.sample_memories)} random memories (namespace: content [key])")
+    for who, memory in result.sample_memories:
+        print(f"- {who}: {memory.content} [{memory.key}]")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
