@@ -23,8 +23,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TypeVar
 
-from tulip_memory.store.postgres import provision_app_role
 from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis, run_async
+from tulip_ops.provision import provision
 
 ROOT = Path(__file__).resolve().parents[1]
 APP_ROLE = "tulip_bench"
@@ -120,7 +120,7 @@ def open_services(
     stack.callback(shutil.rmtree, tmp, ignore_errors=True)
     own_postgres, own_redis = not admin_dsn, not broker_url
     if admin_dsn:
-        app_dsn = run_async(provision_app_role(admin_dsn, APP_ROLE))
+        app_dsn = run_async(provision(admin_dsn, APP_ROLE))
     else:
         postgres = EmbeddedPostgres(tmp / "postgres", keep=False)
         with deferred_interrupts():

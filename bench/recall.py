@@ -34,9 +34,9 @@ from pgvector import Vector
 
 from tulip_memory.embeddings.hashing import HashingEmbedder
 from tulip_memory.store import PgMemory
-from tulip_memory.store.postgres import provision_app_role
 from tulip_memory.store.validation import NS_SEP
 from tulip_ops.dev.embedded import EmbeddedPostgres
+from tulip_ops.provision import provision
 
 TYPES = ("user", "feedback", "project", "reference")
 VOCAB = [f"w{i}" for i in range(3000)]
@@ -234,13 +234,13 @@ async def main_async(args: argparse.Namespace) -> None:
     server = None
     if args.admin_dsn:
         admin_dsn = args.admin_dsn
-        app_dsn = await provision_app_role(admin_dsn, "tulip_bench")
+        app_dsn = await provision(admin_dsn, "tulip_bench")
     else:
         tmp = Path(tempfile.mkdtemp(prefix="tulip-bench-"))
         server = EmbeddedPostgres(tmp, keep=False).start("tulip_bench")
         admin_dsn, app_dsn = server.admin_dsn, server.app_dsn
     try:
-        setup = PgMemory(app_dsn, table=table, embedder=HashingEmbedder(384))
+        setup = PgMemory(app_dsn, table=table, embedder=HashingEmbedder(384), migrator=admin_dsn)
         await setup.clear_namespace(("setup",))  # runs the migrations
         await setup.close()
         conn = await asyncpg.connect(admin_dsn)

@@ -52,10 +52,10 @@ import numpy as np
 from tulip_memory.embeddings import BaseEmbedding, HashingEmbedder
 from tulip_memory.store import PgMemory
 from tulip_memory.store.fusion import HybridRanking
-from tulip_memory.store.postgres import provision_app_role
 from tulip_memory.store.postgres.store import TurnsIn
 from tulip_memory.store.postgres.writer import TurnRow
 from tulip_ops.dev.embedded import EmbeddedPostgres
+from tulip_ops.provision import provision
 
 KS = (1, 5, 10)
 _SESSION = re.compile(r"^session_(\d+)$")
@@ -286,6 +286,7 @@ async def run(args: argparse.Namespace, app_dsn: str, admin_dsn: str) -> None:
         ) -> PgMemory:
             return PgMemory(
                 app_dsn,
+                migrator=admin_dsn,
                 table=t,
                 embedder=enc,
                 encoding_cache=0,
@@ -361,7 +362,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 async def main_async(args: argparse.Namespace) -> None:
     if args.admin_dsn:
-        await run(args, await provision_app_role(args.admin_dsn, "tulip_bench"), args.admin_dsn)
+        await run(args, await provision(args.admin_dsn, "tulip_bench"), args.admin_dsn)
         return
     tmp = Path(tempfile.mkdtemp(prefix="tulip-bench-quality-"))
     server = EmbeddedPostgres(tmp / "postgres", keep=False).start("tulip_bench")

@@ -157,8 +157,11 @@ def dataset(rows: int, tenants: int) -> dict[str, list[tuple[str, dict[str, str]
     return out
 
 
-def old_store(app_dsn: str, table: str) -> PgMemory:
-    return PgMemory(app_dsn, table=table, embedder=embedder_from_config(OLD_MODEL))
+def old_store(app_dsn: str, table: str, admin_dsn: str | None = None) -> PgMemory:
+    """The table's store; ``admin_dsn`` migrates the table first, as the owner."""
+    return PgMemory(
+        app_dsn, table=table, embedder=embedder_from_config(OLD_MODEL), migrator=admin_dsn
+    )
 
 
 async def seed(store: PgMemory, data: dict[str, list[tuple[str, dict[str, str]]]]) -> None:
@@ -884,7 +887,7 @@ async def run_async(stack: contextlib.ExitStack, options: Options) -> Report:
 
     progress(f"seeding 2 tables of {o.rows:,} memories ({OLD_MODEL}) ...")
     started = time.perf_counter()
-    stores = [old_store(services.app_dsn, table) for table in o.tables]
+    stores = [old_store(services.app_dsn, table, services.admin_dsn) for table in o.tables]
     try:
         await asyncio.gather(*(seed(store, data) for store in stores))
     finally:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import services
-from tulip_memory.store import BaseStore, InMemoryStore, PgMemory
+from tests.support.pg import app_store
+from tulip_memory.store import BaseStore, InMemoryStore
 from tulip_memory.store.holographic import HolographicStore
 
 pytest_plugins = ["tests.support.fixtures_openai", "tests.support.workers"]
@@ -75,7 +76,7 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[BaseStore]:
     elif request.param == "holographic":
         backend = HolographicStore(str(request.getfixturevalue("tmp_path") / "store.db"))
     else:
-        backend = PgMemory(request.getfixturevalue("pg_dsn"))
+        backend = app_store(request.getfixturevalue("pg_dsn"))
     try:
         yield backend
     finally:

@@ -26,10 +26,14 @@ def database_url(environ: Mapping[str, str] | None = None) -> str:
     return url
 
 
-def store_from_env(environ: Mapping[str, str] | None = None) -> PgMemory:
+def store_from_env(
+    environ: Mapping[str, str] | None = None, *, migrator: str | None = None
+) -> PgMemory:
+    """The configured store; ``migrator`` (an administrator DSN) migrates its table."""
     env = os.environ if environ is None else environ
     return PgMemory(
         database_url(env),
         table=env.get("TULIP_MEMORY_TABLE", "tulip_memories"),
         embedder=embedder_from_env(env),
+        migrator=migrator,
     )

@@ -32,6 +32,10 @@ class TenantIsolationError(TulipMemoryError, PermissionError):
     """A connection or call that would let one tenant reach another's rows."""
 
 
+class SchemaError(TulipMemoryError, RuntimeError):
+    """A table that is not at this code's schema version (run provisioning)."""
+
+
 class ModelCallError(TulipMemoryError):
     """A model call that failed for good: ``reason``, after ``attempts`` calls (and
     the HTTP ``status`` of the last, when there was one)."""

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tulip_memory.store.postgres.schema import Step, apply_migrations
+from tulip_memory.store.postgres.audit import Expected, expected_objects
+from tulip_memory.store.postgres.schema import Step, apply_migrations, verify_migrations
 
 TABLE = "public.tulip_event_ledger"
 APPLIED, DEAD, REPLAYING = "applied", "dead", "replaying"
@@ -47,6 +48,18 @@ _MIGRATIONS.append(
         [
             f"CREATE INDEX tulip_event_ledger_key ON {TABLE} (type, key, seq) "
             "WHERE status = 'applied'"
+        ],
+    )
+)
+
+_MIGRATIONS.append(
+    (
+        3,
+        "owned by the owner role; the application role records, the operators replay",
+        [
+            f"GRANT SELECT, INSERT, UPDATE ON {TABLE} TO tulip_dml",
+            f"GRANT SELECT ON {TABLE}_migrations TO tulip_dml, tulip_ops",
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON {TABLE} TO tulip_ops",
         ],
     )
 )
@@ -109,8 +122,17 @@ class LedgerEntry:
 class EventLedger:
     """Ledger statements; each takes the connection of the caller's transaction."""
 
-    async def ensure(self, conn: Any) -> None:
+    async def migrate(self, conn: Any) -> None:
+        """Create or update the table; ``conn`` acts as the owner role."""
         await apply_migrations(conn, TABLE, _MIGRATIONS)
+
+    def expected(self) -> dict[str, Expected]:
+        """What the migrations leave on the table (for the admin tools' audit)."""
+        return expected_objects(TABLE, [s for _, _, stmts in _MIGRATIONS for s in stmts])
+
+    async def ensure(self, conn: Any) -> None:
+        """Refuse a ledger that provisioning has not brought to this code's version."""
+        await verify_migrations(conn, TABLE, [v for v, _, _ in _MIGRATIONS])
 
     async def get(self, conn: Any, event_id: str) -> LedgerEntry | None:
         row = await conn.fetchrow(_GET, event_id)

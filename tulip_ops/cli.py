@@ -112,7 +112,9 @@ def _parser() -> argparse.ArgumentParser:
     worker.set_defaults(run=_worker)
 
     provision = sub.add_parser(
-        "provision", help="create the application role (TULIP_DATABASE_ADMIN_URL needed)"
+        "provision",
+        help="create the roles, move ownership to tulip_owner and run every migration "
+        "(TULIP_DATABASE_ADMIN_URL needed)",
     )
     provision.add_argument(
         "--role", default="tulip_app", help="the application role (default: tulip_app)"
@@ -231,7 +233,7 @@ def _dlq(args: argparse.Namespace) -> int:
         return 2
     try:
         lines: list[str] = run_async(_dlq_async(url, args))
-    except (LookupError, ValueError) as e:
+    except (LookupError, ValueError, PermissionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print("\n".join(lines))
@@ -245,6 +247,7 @@ async def _dlq_async(url: str, args: argparse.Namespace) -> list[str]:
 
     conn = await asyncpg.connect(url)
     try:
+        await dlq.as_operator(conn)
         if args.action == "list":
             letters = await dlq.list_dead(conn, limit=args.limit, include_replayed=args.all)
             return [dlq.describe(d) for d in letters] or ["no dead letters"]
@@ -263,16 +266,38 @@ async def _dlq_async(url: str, args: argparse.Namespace) -> list[str]:
 def _provision(args: argparse.Namespace) -> int:
     import os
 
-    from tulip_memory.store.postgres import provision_app_role
     from tulip_ops.dev.embedded import run_async
+    from tulip_ops.provision import configured_store, provision
 
     admin = os.environ.get("TULIP_DATABASE_ADMIN_URL", "")
     if not admin:
         print("set TULIP_DATABASE_ADMIN_URL to an administrator DSN", file=sys.stderr)
         return 2
-    password = os.environ.get("TULIP_APP_PASSWORD") or None
-    run_async(provision_app_role(admin, args.role, password=password, schema=args.schema))
-    print(f"role {args.role} ready: LOGIN, no superuser, no BYPASSRLS, CREATE on {args.schema}")
+    store = configured_store(admin, os.environ)
+
+    async def go() -> None:
+        try:
+            await provision(
+                admin,
+                args.role,
+                password=os.environ.get("TULIP_APP_PASSWORD") or None,
+                ops_password=os.environ.get("TULIP_OPS_PASSWORD") or None,
+                schema=args.schema,
+                stores=[store],
+            )
+        finally:
+            await store.close()
+
+    try:
+        run_async(go())
+    except (PermissionError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(
+        f"roles ready: {args.role} (LOGIN, DML only, owns nothing), tulip_owner (owns "
+        f"{store.table} and the ledger, runs migrations), tulip_ops (dlq and all-tenant "
+        "reindex: BYPASSRLS, not superuser); migrations applied"
+    )
     return 0
 
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tulip_memory.store.postgres.schema import Step, apply_migrations
+from tulip_memory.store.postgres.audit import Expected, expected_objects
+from tulip_memory.store.postgres.schema import Step, apply_migrations, verify_migrations
 
 TABLE = "public.tulip_dead_letters"
 #: The tenant recorded for an event too malformed to name its own.
@@ -43,6 +44,18 @@ _MIGRATIONS: list[Step] = [
         ],
     ),
 ]
+
+_MIGRATIONS.append(
+    (
+        2,
+        "owned by the owner role; workers write, the operators read and replay",
+        [
+            f"GRANT SELECT, INSERT, UPDATE ON {TABLE} TO tulip_dml",
+            f"GRANT SELECT ON {TABLE}_migrations TO tulip_dml, tulip_ops",
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON {TABLE} TO tulip_ops",
+        ],
+    )
+)
 
 _PUT = f"""
 INSERT INTO {TABLE} (event_id, tenant, type, key, seq, reason, body, attempts)
@@ -78,8 +91,17 @@ class DeadLetter:
 class DeadLetters:
     """Dead-letter statements; each takes the connection of the caller's transaction."""
 
-    async def ensure(self, conn: Any) -> None:
+    async def migrate(self, conn: Any) -> None:
+        """Create or update the table; ``conn`` acts as the owner role."""
         await apply_migrations(conn, TABLE, _MIGRATIONS)
+
+    def expected(self) -> dict[str, Expected]:
+        """What the migrations leave on the table (for the admin tools' audit)."""
+        return expected_objects(TABLE, [s for _, _, stmts in _MIGRATIONS for s in stmts])
+
+    async def ensure(self, conn: Any) -> None:
+        """Refuse a table that provisioning has not brought to this code's version."""
+        await verify_migrations(conn, TABLE, [v for v, _, _ in _MIGRATIONS])
 
     async def put(self, conn: Any, letter: DeadLetter) -> None:
         await conn.execute(

@@ -1,7 +1,10 @@
 """Dead letters from a shell: list, show, replay (``tulip-memory dlq ...``).
 
 An operator works across tenants, so these run on an administrator connection
-(``TULIP_DATABASE_ADMIN_URL``: a role that bypasses row-level security). A replay
+(``TULIP_DATABASE_ADMIN_URL``) acting as ``tulip_ops``: a role that bypasses
+row-level security but is never a superuser, so nothing a statement fires can act
+as one. Before anything runs, :func:`as_operator` refuses tables that carry a
+trigger, rule or policy the migrations did not create, or another owner. A replay
 re-publishes the event exactly as it was, original sequence number included, so
 the fencing of memory rows keeps a late replay from rolling back newer facts.
 """
@@ -12,10 +15,18 @@ from collections.abc import Callable
 from typing import Any
 
 from tulip_memory.ledger import EventLedger
+from tulip_memory.store.postgres import admin
+from tulip_memory.store.postgres.audit import audit
 from tulip_wire.events import EventError, decode
 from tulip_workers.deadletters import DeadLetter, DeadLetters
 
 Republish = Callable[[str], None]
+
+
+async def as_operator(conn: Any) -> None:
+    """Make ``conn`` act as the operator role, after checking the tables it touches."""
+    await admin.as_operator(conn)
+    await audit(conn, {**EventLedger().expected(), **DeadLetters().expected()})
 
 
 async def list_dead(

@@ -87,7 +87,10 @@ class WorkerRuntime:
     def reindexer(self) -> Reindexer:
         with self._lock:
             if self._reindexer is None:
-                self._reindexer = Reindexer(store_from_env())
+                # With an owner's DSN the worker running the last batch switches the
+                # job; without one, the command watching it (or --resume) does.
+                owner = os.environ.get("TULIP_DATABASE_ADMIN_URL") or None
+                self._reindexer = Reindexer(store_from_env(), admin_dsn=owner)
             return self._reindexer
 
 

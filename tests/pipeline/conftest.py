@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.pg import app_store
 from tests.support.services import Postgres
 from tests.support.workers import WorkerFactory
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.registry import get_checkpointer
-from tulip_memory.store import PgMemory
 from tulip_ops.dev.embedded import EmbeddedRedis
+from tulip_ops.provision import migrate_now
 from tulip_producer import Producer
 from tulip_producer.reader import AsyncReader, Reader
 from tulip_wire.pending import pending_states
@@ -76,7 +77,7 @@ class Pipeline:
         env = self.env()
         return Reader(
             AsyncReader(
-                PgMemory(self.database_url, table=self.table, embedder=_embedder()),
+                app_store(self.database_url, table=self.table, embedder=_embedder()),
                 checkpointer=get_checkpointer(env["TULIP_CHECKPOINT_URL"]),
                 pending=pending_states(self.broker_url),
                 published=published_events(self.broker_url),
@@ -102,6 +103,8 @@ def pipeline(
     broker: EmbeddedRedis, postgres: Postgres, workers: WorkerFactory, tmp_path: Path
 ) -> Pipeline:
     table = f"pipe_{uuid.uuid4().hex[:8]}"
+    # Migrated as the owner before any worker (the application role) uses it.
+    migrate_now(app_store(postgres.app_dsn, table=table, embedder=_embedder()))
     return Pipeline(
         broker.url, postgres.app_dsn, postgres.admin_dsn, table, tmp_path / "spool", workers
     )

@@ -17,6 +17,7 @@ from pgvector.asyncpg import register_vector
 
 from tests.pipeline.conftest import Pipeline
 from tests.support.openai_server import FakeOpenAI, Reply
+from tests.support.pg import app_store
 from tests.support.workers import ROOT, WorkerProcess
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.store import PgMemory
@@ -81,7 +82,7 @@ class Reindex:
 
 
 def store(pipeline: Pipeline) -> PgMemory:
-    return PgMemory(
+    return app_store(
         pipeline.database_url,
         table=pipeline.table,
         embedder=HashingEmbedder(384),

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from pgvector.asyncpg import register_vector
 
+from tests.support.pg import app_store
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.errors import EmbeddingError
@@ -34,7 +35,7 @@ class Table:
     admin_dsn: str
 
     def store(self) -> PgMemory:
-        return PgMemory(
+        return app_store(
             self.app_dsn, table=self.name, embedder=HashingEmbedder(32), ranking=VECTORS_ONLY
         )
 
@@ -140,7 +141,7 @@ async def test_writes_during_a_job_fill_both_slots(table: Table) -> None:
     sent: list[tuple[int, int]] = []
     writer = table.store()
     await writer.put(("acme", "facts"), "warm", "a write before the job: layouts cached")
-    reindexer = Reindexer(store, send=lambda j, r: sent.append((j, r)))
+    reindexer = Reindexer(store, send=lambda j, r: sent.append((j, r)), admin_dsn=table.admin_dsn)
     job = await reindexer.start(NEW, tenant="acme", batch=4)
     assert job.status == "running" and len(sent) == 4  # 7 rows + 5 turns, by 4
     # A write now, by a store whose cached layout predates the job.
@@ -165,15 +166,17 @@ async def test_writes_during_a_job_fill_both_slots(table: Table) -> None:
 async def test_refusals_name_what_is_wrong(table: Table) -> None:
     store = table.store()
     await fill(store, ["acme"], 3)
-    reindexer = Reindexer(store, send=lambda j, r: None)
+    reindexer = Reindexer(store, send=lambda j, r: None, admin_dsn=table.admin_dsn)
     with pytest.raises(ReindexError, match="invalid embedding model 'hashing:zero'"):
         await reindexer.start("hashing:zero", tenant="acme")
     with pytest.raises(ReindexError, match="already on 'hashing-32'"):
         await reindexer.start(OLD, tenant="acme")
-    with pytest.raises(ReindexError, match="administrator DSN"):
-        await reindexer.start(NEW)
+    with pytest.raises(ReindexError, match=r"only the owner role may.*TULIP_DATABASE_ADMIN_URL"):
+        await Reindexer(store).start(NEW, tenant="acme")
     with pytest.raises(ReindexError, match="subject to row-level security"):
         await Reindexer(store, admin_dsn=table.app_dsn).start(NEW)
+    with pytest.raises(ReindexError, match="cannot act as tulip_owner"):
+        await Reindexer(store, admin_dsn=table.app_dsn).start(NEW, tenant="acme")
     with pytest.raises(ReindexError, match="batch"):
         await reindexer.start(NEW, tenant="acme", batch=0)
     assert await table.hnsw() == {"embedding"}
@@ -194,7 +197,7 @@ async def test_refusals_name_what_is_wrong(table: Table) -> None:
 async def test_a_store_configured_with_another_model_follows_the_table(table: Table) -> None:
     creator = table.store()  # hashing:32, recorded as the original slot's model
     await creator.put(("acme", "facts"), "a", "the first fact")
-    newer = PgMemory(table.app_dsn, table=table.name, embedder=HashingEmbedder(48))
+    newer = app_store(table.app_dsn, table=table.name, embedder=HashingEmbedder(48))
     await newer.put(("acme", "facts"), "b", "the second fact")
     rows = await table.admin(f"SELECT content, embedding FROM {table.name} WHERE key = 'b'")
     want = HashingEmbedder(32).embed([rows[0]["content"]])[0]
@@ -207,9 +210,9 @@ async def test_a_store_configured_with_another_model_follows_the_table(table: Ta
 
 async def test_an_unrebuildable_model_is_named_not_mixed(postgres: Postgres) -> None:
     name = f"rx_{uuid.uuid4().hex[:10]}"
-    hrr = PgMemory(postgres.app_dsn, table=name, dim=16)  # HRR: 32 wide, no model string
+    hrr = app_store(postgres.app_dsn, table=name, dim=16)  # HRR: 32 wide, no model string
     await hrr.put(("acme", "facts"), "a", "a fact")
-    other = PgMemory(postgres.app_dsn, table=name, embedder=HashingEmbedder(32))
+    other = app_store(postgres.app_dsn, table=name, embedder=HashingEmbedder(32))
     with pytest.raises(EmbeddingError, match=r"holds vectors of 'hrr-16'.* configure 'hrr-16'"):
         await other.put(("acme", "facts"), "b", "another fact")
     assert await other.get(("acme", "facts"), "b") is None
@@ -221,7 +224,7 @@ async def test_cancel_stops_batches_and_resume_goes_on(table: Table) -> None:
     store = table.store()
     await fill(store, ["acme"], 12)
     sent: list[tuple[int, int]] = []
-    reindexer = Reindexer(store, send=lambda j, r: sent.append((j, r)))
+    reindexer = Reindexer(store, send=lambda j, r: sent.append((j, r)), admin_dsn=table.admin_dsn)
     job = await reindexer.start(NEW, tenant="acme", batch=4)
     await reindexer.run_batch(*sent[0])
     cancelled = await reindexer.cancel("acme")
@@ -243,7 +246,7 @@ async def test_cancel_stops_batches_and_resume_goes_on(table: Table) -> None:
 async def test_finalizing_one_tenant_keeps_the_others_vectors(table: Table) -> None:
     store = table.store()
     await fill(store, ["acme", "globex"], 5)
-    reindexer = Reindexer(store)
+    reindexer = Reindexer(store, admin_dsn=table.admin_dsn)
     job = await reindexer.start(NEW, tenant="acme")
     assert job.status == "switched"
     await reindexer.finalize("acme")
@@ -279,7 +282,9 @@ async def test_a_write_waiting_on_a_job_start_fills_the_new_slot(table: Table) -
     await tx.start()
     await blocker.execute(f"LOCK TABLE {table.name} IN ACCESS SHARE MODE")
     starting = asyncio.ensure_future(
-        Reindexer(store, send=lambda j, r: None).start(NEW, tenant="acme")
+        Reindexer(store, send=lambda j, r: None, admin_dsn=table.admin_dsn).start(
+            NEW, tenant="acme"
+        )
     )
     await wait_for_waiter(table, "ALTER TABLE")  # the start holds the layout lock
     writing = asyncio.ensure_future(writer.put(("acme", "facts"), "racer", "written in the race"))

@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 
+from tests.support.pg import app_store
 from tests.support.services import Postgres
 from tulip_memory.errors import TenantIsolationError
 from tulip_memory.manager import LLMMemoryManager, Memory, MemoryType
@@ -101,7 +102,7 @@ def test_an_embedder_without_dimension_or_embed_is_refused_at_construction() -> 
 
 async def test_pg_memory_accepts_an_embedder_without_model(pg_dsn: str, tenant: str) -> None:
     table = f"seed_{uuid.uuid4().hex[:10]}"
-    store = PgMemory(pg_dsn, table=table, embedder=DuckEmbedder())
+    store = app_store(pg_dsn, table=table, embedder=DuckEmbedder())
     try:
         ns = (tenant, "user", "u1")
         await store.put(ns, "a", "tea in the morning")
@@ -111,7 +112,7 @@ async def test_pg_memory_accepts_an_embedder_without_model(pg_dsn: str, tenant: 
     finally:
         await store.close()
     # A second process (a new store object) finds the same vector slot: a stable label.
-    again = PgMemory(pg_dsn, table=table, embedder=DuckEmbedder())
+    again = app_store(pg_dsn, table=table, embedder=DuckEmbedder())
     try:
         assert (await again.search((tenant, "user", "u1"), "chess weekends", limit=1))[0].key == "b"
     finally:
@@ -141,7 +142,7 @@ async def test_superuser_refusal_names_one_command_that_provisions_the_role(
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    app = PgMemory(dsn_for_role(postgres.admin_dsn, "tulip_app"), table=f"seed_{tenant[2:]}")
+    app = app_store(dsn_for_role(postgres.admin_dsn, "tulip_app"), table=f"seed_{tenant[2:]}")
     try:
         await app.put((tenant,), "k", "v")
         assert await app.get((tenant,), "k") == "v"

@@ -26,6 +26,7 @@ import asyncpg
 import numpy as np
 import pytest
 
+from tests.support.pg import app_store
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HRREncoder
 from tulip_memory.store import PgMemory
@@ -51,7 +52,7 @@ class Fixture:
 
     def store(self) -> PgMemory:
         vectors_only = HybridRanking(lexical_weight=0.0, vector_weight=1.0)
-        return PgMemory(hostile(self.app_dsn), table=self.table, dim=DIM, ranking=vectors_only)
+        return app_store(hostile(self.app_dsn), table=self.table, dim=DIM, ranking=vectors_only)
 
 
 def contents() -> dict[str, str]:
@@ -73,7 +74,7 @@ def big_table(postgres: Postgres) -> Fixture:
 
 async def build(fx: Fixture) -> None:
     table = fx.table
-    setup = PgMemory(fx.app_dsn, table=table, dim=DIM)
+    setup = app_store(fx.app_dsn, table=table, dim=DIM)
     await setup.put(("warmup",), "k", "v")  # runs the migrations
     await setup.close()
     admin = await asyncpg.connect(fx.admin_dsn)

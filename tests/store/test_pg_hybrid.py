@@ -23,12 +23,14 @@ import asyncpg
 import numpy as np
 import pytest
 
+from tests.support.pg import app_store
 from tests.support.services import Postgres
 from tulip_memory.embeddings import BaseEmbedding, HashingEmbedder, HRREncoder
 from tulip_memory.embeddings.base import Vectors
 from tulip_memory.store import PgMemory
 from tulip_memory.store.fusion import WORD_HASHING, HybridRanking
 from tulip_memory.store.postgres import store as pg_store_module
+from tulip_memory.store.postgres.admin import as_owner
 from tulip_memory.store.postgres.migrations import MIGRATIONS, render
 from tulip_memory.store.postgres.schema import apply_migrations
 from tulip_memory.store.postgres.store import TurnsIn
@@ -137,11 +139,11 @@ def test_bad_rankings_are_refused(kwargs: dict[str, Any], match: str) -> None:
 
 
 def test_default_ranking_follows_the_encoder(pg_dsn: str) -> None:
-    assert PgMemory(pg_dsn).ranking == WORD_HASHING  # HRR
-    assert PgMemory(pg_dsn, embedder=HashingEmbedder(64)).ranking == WORD_HASHING
-    assert PgMemory(pg_dsn, embedder=TableEmbedder({})).ranking == HybridRanking()
+    assert app_store(pg_dsn).ranking == WORD_HASHING  # HRR
+    assert app_store(pg_dsn, embedder=HashingEmbedder(64)).ranking == WORD_HASHING
+    assert app_store(pg_dsn, embedder=TableEmbedder({})).ranking == HybridRanking()
     mine = HybridRanking(lexical_weight=0.5, vector_weight=0.5)
-    assert PgMemory(pg_dsn, ranking=mine).ranking is mine
+    assert app_store(pg_dsn, ranking=mine).ranking is mine
     with pytest.raises(TypeError, match="HybridRanking"):
         PgMemory(pg_dsn, ranking={"lexical_weight": 1.0})  # type: ignore[arg-type]
 
@@ -154,12 +156,12 @@ def test_default_ranking_follows_the_encoder(pg_dsn: str) -> None:
 )
 def test_bad_text_search_config_names_are_refused(pg_dsn: str, bad: Any) -> None:
     with pytest.raises(ValueError, match="not a text search configuration name"):
-        PgMemory(pg_dsn, text_search_config=bad)
+        app_store(pg_dsn, text_search_config=bad)
 
 
 async def test_an_unknown_configuration_is_refused_at_first_use(pg_dsn: str, tenant: str) -> None:
     table = fresh_table()
-    store = PgMemory(pg_dsn, table=table, text_search_config="klingon")
+    store = app_store(pg_dsn, table=table, text_search_config="klingon")
     try:
         with pytest.raises(ValueError, match="'klingon' is not a text search configuration"):
             await store.put((tenant,), "k", "v")
@@ -176,14 +178,14 @@ async def test_a_table_keeps_the_configuration_it_was_indexed_with(
     pg_dsn: str, tenant: str
 ) -> None:
     table = fresh_table()
-    first = PgMemory(pg_dsn, table=table)
+    first = app_store(pg_dsn, table=table)
     await first.put((tenant,), "k", "running shoes")
     await first.close()
-    other = PgMemory(pg_dsn, table=table, text_search_config="simple")
+    other = app_store(pg_dsn, table=table, text_search_config="simple")
     with pytest.raises(ValueError, match="configuration 'english' but this store was given"):
         await other.get((tenant,), "k")
     await other.close()
-    same = PgMemory(pg_dsn, table=table, text_search_config="pg_catalog.english")
+    same = app_store(pg_dsn, table=table, text_search_config="pg_catalog.english")
     try:
         assert [i.key for i in await same.search((tenant,), "run")] == ["k"]
     finally:
@@ -210,7 +212,7 @@ async def test_stemming_and_stop_words_follow_the_configuration(
     ns = (tenant, "runs")
     found: dict[str, list[list[str]]] = {}
     for name in ("english", "simple", config):
-        s = PgMemory(pg_dsn, table=fresh_table(), text_search_config=name, ranking=LEXICAL)
+        s = app_store(pg_dsn, table=fresh_table(), text_search_config=name, ranking=LEXICAL)
         try:
             await s.put(ns, "a", "she was running, running in the park")
             await s.put(ns, "b", "the the the and the")
@@ -233,7 +235,7 @@ async def test_without_vectors_search_ranks_lexically(
 ) -> None:
     monkeypatch.setattr(pg_store_module, "_numpy", lambda: None)
     with pytest.warns(RuntimeWarning, match="substring"):
-        s = PgMemory(pg_dsn, table=fresh_table())
+        s = app_store(pg_dsn, table=fresh_table())
     ns = (tenant, "facts")
     try:
         await s.put(ns, "once", "green tea in the morning")
@@ -258,7 +260,7 @@ async def test_without_vectors_search_ranks_lexically(
 
 async def test_a_lexical_only_ranking_never_embeds_the_query(pg_dsn: str, tenant: str) -> None:
     embedder = CountingEmbedder()
-    s = PgMemory(pg_dsn, table=fresh_table(), embedder=embedder, ranking=LEXICAL)
+    s = app_store(pg_dsn, table=fresh_table(), embedder=embedder, ranking=LEXICAL)
     ns = (tenant, "facts")
     try:
         await s.put_batch([(ns, "tea", "green tea", None), (ns, "jazz", "cool jazz", None)])
@@ -285,7 +287,7 @@ async def test_a_query_without_lexical_match_ranks_by_vectors(
     pg_dsn: str, tenant: str, query: str
 ) -> None:
     emb = HashingEmbedder(384)
-    s = PgMemory(pg_dsn, table=fresh_table(), embedder=emb, ranking=HybridRanking())
+    s = app_store(pg_dsn, table=fresh_table(), embedder=emb, ranking=HybridRanking())
     ns = (tenant, "facts")
     texts = {
         "a": "it was the blue one of these",
@@ -332,7 +334,7 @@ def rare_keyword_embedder() -> TableEmbedder:
 async def test_a_rare_keyword_far_in_vector_space_is_found(
     pg_dsn: str, tenant: str, ranking: HybridRanking, place: int
 ) -> None:
-    s = PgMemory(pg_dsn, table=fresh_table(), embedder=rare_keyword_embedder(), ranking=ranking)
+    s = app_store(pg_dsn, table=fresh_table(), embedder=rare_keyword_embedder(), ranking=ranking)
     ns = (tenant, "notes")
     try:
         items = [(ns, f"f{i}", text, None) for i, text in enumerate(FILLERS)]
@@ -374,7 +376,7 @@ NON_ENGLISH = {
 async def test_non_english_text_does_not_break_full_text_search(
     pg_dsn: str, tenant: str, query: str, first: str
 ) -> None:
-    s = PgMemory(pg_dsn, table=fresh_table(), embedder=HashingEmbedder(64))
+    s = app_store(pg_dsn, table=fresh_table(), embedder=HashingEmbedder(64))
     ns = (tenant, "intl")
     try:
         await s.put_batch([(ns, k, v, None) for k, v in NON_ENGLISH.items()])
@@ -392,7 +394,7 @@ async def test_a_language_configuration_stems_its_language(pg_dsn: str, tenant: 
         ("german", "Die Häuser am See", "Haus"),
         ("russian", "Кошки", "кошка"),
     ]:
-        s = PgMemory(pg_dsn, table=fresh_table(), text_search_config=config, ranking=LEXICAL)
+        s = app_store(pg_dsn, table=fresh_table(), text_search_config=config, ranking=LEXICAL)
         try:
             await s.put((tenant,), "hit", row)
             await s.put((tenant,), "miss", "nothing alike")
@@ -420,7 +422,7 @@ HOSTILE = [
 
 @pytest.mark.parametrize("query", HOSTILE, ids=range(len(HOSTILE)))
 async def test_hostile_query_text_is_safe(pg_dsn: str, tenant: str, query: str) -> None:
-    s = PgMemory(pg_dsn, table=fresh_table(), embedder=HashingEmbedder(64))
+    s = app_store(pg_dsn, table=fresh_table(), embedder=HashingEmbedder(64))
     ns = (tenant, "facts")
     texts = {"tea": "green tea", "jazz": "cool jazz", "coffee": "black coffee"}
     try:
@@ -437,7 +439,7 @@ async def test_hostile_query_text_is_safe(pg_dsn: str, tenant: str, query: str) 
 
 async def test_quotes_inside_a_lexeme_reach_the_index_quoted(pg_dsn: str, tenant: str) -> None:
     # A URL token keeps its quote in the lexeme: the probe must quote it for tsquery.
-    s = PgMemory(pg_dsn, table=fresh_table(), embedder=HashingEmbedder(64), ranking=LEXICAL)
+    s = app_store(pg_dsn, table=fresh_table(), embedder=HashingEmbedder(64), ranking=LEXICAL)
     ns = (tenant, "links")
     try:
         await s.put(ns, "url", "see example.com/it's-here for the details")
@@ -450,7 +452,9 @@ async def test_quotes_inside_a_lexeme_reach_the_index_quoted(pg_dsn: str, tenant
 # -- migration -------------------------------------------------------------------------
 
 
-async def test_an_existing_table_gains_full_text_search(pg_dsn: str, tenant: str) -> None:
+async def test_an_existing_table_gains_full_text_search(
+    pg_dsn: str, postgres: Postgres, tenant: str
+) -> None:
     name = fresh_table()
     table = f"public.{name}"
     steps = [
@@ -458,8 +462,7 @@ async def test_an_existing_table_gains_full_text_search(pg_dsn: str, tenant: str
         for m in MIGRATIONS
         if m.version <= 5
     ]
-    conn = await asyncpg.connect(pg_dsn)
-    try:  # a table of the previous schema, with a row
+    async with as_owner(postgres.admin_dsn) as conn:  # a table of the previous schema
         await apply_migrations(conn, table, steps)
         async with conn.transaction():
             await conn.execute("SELECT set_config('tulip.tenant', $1, true)", tenant)
@@ -468,9 +471,7 @@ async def test_an_existing_table_gains_full_text_search(pg_dsn: str, tenant: str
                 "VALUES ($1, $1, 'old', '\"runs every morning\"', 'runs every morning')",
                 tenant,
             )
-    finally:
-        await conn.close()
-    s = PgMemory(pg_dsn, table=name, dim=8)
+    s = app_store(pg_dsn, table=name, dim=8)
     try:
         await s.put((tenant,), "new", "swims on sundays")
         assert [i.key for i in await s.search((tenant,), "running", limit=1)] == ["old"]
@@ -528,7 +529,7 @@ class BigTable:
 
     def store(self, ranking: HybridRanking | None = None) -> PgMemory:
         dsn = self.app_dsn + ("&" if "?" in self.app_dsn else "?") + HOSTILE_PLANNER
-        return PgMemory(dsn, table=self.table, dim=DIM, ranking=ranking)
+        return app_store(dsn, table=self.table, dim=DIM, ranking=ranking)
 
 
 MEM = ("target", "mem")
@@ -552,7 +553,7 @@ def big_table(postgres: Postgres) -> BigTable:
 
 async def _build(fx: BigTable) -> None:
     table = f"public.{fx.table}"
-    setup = PgMemory(fx.app_dsn, table=fx.table, dim=DIM)
+    setup = app_store(fx.app_dsn, table=fx.table, dim=DIM)
     await setup.put(("warmup",), "k", "v")  # runs the migrations
     await setup.close()
     admin = await asyncpg.connect(fx.admin_dsn)

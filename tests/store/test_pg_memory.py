@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from tests.support.pg import app_store
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HRREncoder
 from tulip_memory.errors import TenantIsolationError
@@ -26,7 +27,7 @@ def fresh_table() -> str:
 
 @pytest.fixture
 async def pg(pg_dsn: str) -> AsyncIterator[PgMemory]:
-    s = PgMemory(pg_dsn)
+    s = app_store(pg_dsn)
     yield s
     await s.close()
 
@@ -72,7 +73,7 @@ async def test_store_refuses_a_role_that_bypasses_rls(postgres: Postgres, tenant
     with pytest.raises(TenantIsolationError, match="bypasses row-level security"):
         await admin.get((tenant,), "k")
     await admin.close()
-    allowed = PgMemory(postgres.admin_dsn, table=fresh_table(), allow_rls_bypass=True)
+    allowed = app_store(postgres.admin_dsn, table=fresh_table(), allow_rls_bypass=True)
     try:
         await allowed.put((tenant,), "k", 1)
         assert await allowed.get((tenant,), "k") == 1
@@ -84,7 +85,7 @@ async def test_migrations_apply_once_in_order_under_concurrent_first_use(
     pg_dsn: str, tenant: str
 ) -> None:
     table = fresh_table()
-    stores = [PgMemory(pg_dsn, table=table) for _ in range(4)]
+    stores = [app_store(pg_dsn, table=table) for _ in range(4)]
     try:
         await asyncio.gather(*(s.put((tenant,), f"k{i}", i) for i, s in enumerate(stores)))
         conn = await asyncpg.connect(pg_dsn)
@@ -111,7 +112,7 @@ async def test_migrations_apply_once_in_order_under_concurrent_first_use(
         finally:
             await conn.close()
         # A later store on the same table applies nothing and sees every row.
-        later = PgMemory(pg_dsn, table=table)
+        later = app_store(pg_dsn, table=table)
         assert sorted(await later.list_keys((tenant,))) == ["k0", "k1", "k2", "k3"]
         await later.close()
     finally:
@@ -120,7 +121,7 @@ async def test_migrations_apply_once_in_order_under_concurrent_first_use(
 
 
 async def test_pool_is_built_once_under_concurrent_first_use(pg_dsn: str, tenant: str) -> None:
-    store = PgMemory(pg_dsn, table=fresh_table())
+    store = app_store(pg_dsn, table=fresh_table())
     built: list[Any] = []
     original = store._build_pool
 
@@ -156,32 +157,32 @@ async def test_encoding_cache_is_per_tenant(pg: PgMemory) -> None:
 
 
 def test_cache_size_zero_disables_it(pg_dsn: str) -> None:
-    s = PgMemory(pg_dsn, encoding_cache=0)
+    s = app_store(pg_dsn, encoding_cache=0)
     s.encoding_cache.put(("t", "m", "x"), None)
     assert len(s.encoding_cache) == 0
 
 
 def test_construction_checks(pg_dsn: str) -> None:
     with pytest.raises(ValueError, match="2·1001 = 2002"):
-        PgMemory(pg_dsn, dim=1001)
+        app_store(pg_dsn, dim=1001)
     with pytest.raises(ValueError, match="dim must be >= 1"):
-        PgMemory(pg_dsn, dim=0)
+        app_store(pg_dsn, dim=0)
     with pytest.raises(ValueError, match="encoding_cache"):
-        PgMemory(pg_dsn, encoding_cache=-1)
+        app_store(pg_dsn, encoding_cache=-1)
     for bad in ["x; DROP TABLE y", "Upper", "1abc", "a" * 60, ""]:
         with pytest.raises(ValueError, match="not a valid identifier"):
-            PgMemory(pg_dsn, table=bad)
+            app_store(pg_dsn, table=bad)
     with pytest.raises(ValueError, match="not a valid identifier"):
-        PgMemory(pg_dsn, schema="public; --")
+        app_store(pg_dsn, schema="public; --")
     with pytest.warns(RuntimeWarning, match="WITHOUT an ANN index"):
-        PgMemory(pg_dsn, embedder=HRREncoder(1536))
+        app_store(pg_dsn, embedder=HRREncoder(1536))
 
 
 async def test_wide_embedder_table_has_no_ann_index_but_works(pg_dsn: str, tenant: str) -> None:
     table = fresh_table()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        s = PgMemory(pg_dsn, table=table, embedder=HRREncoder(1100))
+        s = app_store(pg_dsn, table=table, embedder=HRREncoder(1100))
     try:
         await s.put((tenant,), "k", "some words")
         assert [i.key for i in await s.search((tenant,), "words")] == ["k"]
@@ -197,10 +198,10 @@ async def test_wide_embedder_table_has_no_ann_index_but_works(pg_dsn: str, tenan
 
 async def test_width_mismatch_with_an_existing_table_is_named(pg_dsn: str, tenant: str) -> None:
     table = fresh_table()
-    first = PgMemory(pg_dsn, table=table, dim=64)
+    first = app_store(pg_dsn, table=table, dim=64)
     await first.put((tenant,), "k", "v")
     await first.close()
-    second = PgMemory(pg_dsn, table=table, dim=32)
+    second = app_store(pg_dsn, table=table, dim=32)
     with pytest.raises(ValueError, match=r"vector\(128\) but this store encodes 64-wide"):
         await second.get((tenant,), "k")
     await second.close()
@@ -211,7 +212,7 @@ async def test_substring_fallback_without_numpy(
 ) -> None:
     monkeypatch.setattr(pg_store_module, "_numpy", lambda: None)
     with pytest.warns(RuntimeWarning, match="substring"):
-        s = PgMemory(pg_dsn, table=fresh_table())
+        s = app_store(pg_dsn, table=fresh_table())
     try:
         assert not s.capabilities.semantic_search
         await s.put((tenant,), "a", "Likes GREEN tea")

@@ -8,14 +8,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tulip_memory.store import InMemoryStore, PgMemory, SyncStore
+from tests.support.pg import app_store
+from tulip_memory.store import InMemoryStore, SyncStore
 
 
 @pytest.fixture(params=["memory", "postgres"])
 def sync_store(request: pytest.FixtureRequest) -> SyncStore:
     if request.param == "memory":
         return SyncStore(InMemoryStore())
-    return SyncStore(PgMemory(request.getfixturevalue("pg_dsn")))
+    return SyncStore(app_store(request.getfixturevalue("pg_dsn")))
 
 
 def test_every_async_method_is_callable_synchronously(sync_store: SyncStore) -> None:

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tulip_memory.store.postgres import provision_app_role
 from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis, run_async
+from tulip_ops.provision import provision
 
 APP_ROLE = "tulip_test_app"
 
@@ -31,15 +31,21 @@ class Postgres:
     app_dsn: str
 
 
+#: The session's Postgres, once started (test stores migrate through its admin DSN).
+STARTED: list[Postgres] = []
+
+
 def start_postgres() -> Iterator[Postgres]:
     external = os.environ.get("TULIP_TEST_DATABASE_URL")
     if external:
-        yield Postgres(external, run_async(provision_app_role(external, APP_ROLE)))
+        STARTED.append(Postgres(external, run_async(provision(external, APP_ROLE))))
+        yield STARTED[-1]
         return
     data = Path(tempfile.mkdtemp(prefix="tulip-pg-"))
     server = EmbeddedPostgres(data, keep=False).start(APP_ROLE)
+    STARTED.append(Postgres(server.admin_dsn, server.app_dsn))
     try:
-        yield Postgres(server.admin_dsn, server.app_dsn)
+        yield STARTED[-1]
     finally:
         server.stop()
         shutil.rmtree(data, ignore_errors=True)

@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from tests.producer.queues import take_all, with_db
+from tests.support.pg import app_store
 from tulip_memory.delta import DeltaCheckpointer, FileDeltaStorage
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.messages import Message, Role
@@ -41,7 +42,7 @@ def event(thread: str, n: int, seq: int, tenant: str = TENANT) -> tuple[str, str
 
 @pytest.fixture
 async def store(pg_dsn: str) -> AsyncIterator[PgMemory]:
-    s = PgMemory(pg_dsn, table=TABLE, embedder=HashingEmbedder(384))
+    s = app_store(pg_dsn, table=TABLE, embedder=HashingEmbedder(384))
     yield s
     await s.close()
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.producer.queues import take_all, with_db
+from tests.support.pg import app_store
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.manager import Memory
@@ -37,7 +38,7 @@ async def model_down(messages: Sequence[Message], existing: Sequence[Memory]) ->
 
 @pytest.fixture
 async def store(pg_dsn: str) -> AsyncIterator[PgMemory]:
-    s = PgMemory(pg_dsn, table=TABLE, embedder=HashingEmbedder(384))
+    s = app_store(pg_dsn, table=TABLE, embedder=HashingEmbedder(384))
     yield s
     await s.close()
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.support.openai_server import FakeOpenAI, Reply
+from tests.support.pg import app_store
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.extract import LLMExtractorConfig
@@ -34,7 +35,7 @@ def event(ns: tuple[str, ...], *texts: str, seq: int = 1) -> Envelope:
 
 @pytest.fixture
 async def store(pg_dsn: str) -> AsyncIterator[PgMemory]:
-    s = PgMemory(pg_dsn, table=TABLE, embedder=HashingEmbedder(384))
+    s = app_store(pg_dsn, table=TABLE, embedder=HashingEmbedder(384))
     yield s
     await s.close()
 

@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 
 from tests.support.openai_server import FakeOpenAI, Reply
+from tests.support.pg import app_store
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.extract import LLMExtractorConfig
@@ -40,7 +41,7 @@ TALK = [
 
 @pytest.fixture
 async def store(pg_dsn: str) -> AsyncIterator[PgMemory]:
-    s = PgMemory(pg_dsn, table=TABLE, embedder=HashingEmbedder(384))
+    s = app_store(pg_dsn, table=TABLE, embedder=HashingEmbedder(384))
     yield s
     await s.close()
 

@@ -12,11 +12,11 @@ import redis
 
 from tests.producer.queues import with_db
 from tests.support.openai_server import FakeOpenAI, Reply
+from tests.support.pg import app_store
 from tulip_memory.delta import DeltaCheckpointer, FileDeltaStorage
 from tulip_memory.delta.tenants import tenant_checkpointer
 from tulip_memory.messages import Message, Role, ToolCall
 from tulip_memory.state import AgentState
-from tulip_memory.store import PgMemory
 from tulip_memory.summaries import SummaryStore, compacted_view, summary_range
 from tulip_memory.summarize import SummarizationError
 from tulip_producer import AsyncReader
@@ -124,7 +124,7 @@ async def test_compacted_view_uses_a_matching_summary_and_never_a_stale_one(
     await tenant_checkpointer(checkpointer, T).save(AgentState(messages=tuple(msgs)), thread)
     worker = SummaryWorker(checkpointer=checkpointer, keep_recent=4)  # extractive, offline
     assert await worker.run(T, thread) == "summarized"
-    store = PgMemory(pg_dsn)
+    store = app_store(pg_dsn)
     reader = AsyncReader(store, checkpointer=checkpointer)
     try:
         compacted = await reader.load(thread, view="compacted", tenant=T)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.pg import app_store
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.messages import Message, Role
 from tulip_memory.store import PgMemory
@@ -29,7 +30,7 @@ MAY_8 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC).timestamp()
 
 @pytest.fixture
 async def store(pg_dsn: str) -> AsyncIterator[PgMemory]:
-    s = PgMemory(pg_dsn, table=TABLE, embedder=HashingEmbedder(384))
+    s = app_store(pg_dsn, table=TABLE, embedder=HashingEmbedder(384))
     yield s
     await s.close()
 

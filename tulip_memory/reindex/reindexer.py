@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from tulip_memory.embeddings import BaseEmbedding
@@ -47,9 +48,15 @@ def build_embedder(model: str, api_base: str | None) -> BaseEmbedding:
 class Reindexer:
     """Start, run, watch and end online reindex jobs of one ``PgMemory`` table.
 
-    ``store`` connects as the application role (batches run pinned to their range's
-    tenant). Reindexing every tenant needs ``admin_dsn``, a role that bypasses
-    row-level security, only to list the tenants."""
+    ``store`` connects as the application role: batches read and write rows pinned
+    to their range's tenant, mark their range done and may pause the job. Everything
+    else (the job's columns and indexes, the slot registry and layouts, the job's
+    rows) is the owner role's, through ``admin_dsn`` (the administrator's, or a
+    member of ``tulip_owner``): starting, switching, resuming, cancelling and
+    finalizing need it. Without it (a batch worker) the last batch leaves the switch
+    to whoever watches the job with it. Reindexing every tenant lists them as
+    ``tulip_ops`` (BYPASSRLS, never superuser), after checking the tables carry
+    nothing the migrations did not create."""
 
     def __init__(
         self,
@@ -109,6 +116,9 @@ class Reindexer:
         """Poll until the job switched, was finalized, paused or cancelled."""
         while True:
             progress = await self.progress(job_id)
+            if progress.job.status == "running" and progress.ranges_done == progress.ranges:
+                await self.finish(job_id)
+                progress = await self.progress(job_id)
             if on_progress is not None:
                 on_progress(progress)
             if progress.finished:
@@ -132,12 +142,7 @@ class Reindexer:
         if not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
             raise ReindexError(f"batch must be an integer in 1..{MAX_BATCH}, got {batch!r}")
         scope = _scope(tenant)
-        if not scope and self._admin_dsn is None:
-            raise ReindexError(
-                "reindexing every tenant needs an administrator DSN to list the tenants "
-                "(row-level security hides them from the application role): set "
-                "TULIP_DATABASE_ADMIN_URL, or reindex one tenant at a time with --tenant"
-            )
+        self._need_owner("starting a reindex")
         if not scope:
             await (await self._admin()).close()
         embedder, dim = await self._probe(model, api_base)
@@ -170,7 +175,7 @@ class Reindexer:
     ) -> ReindexJob:
         """The job row, its slot's columns and registry row, and the layouts that make
         every write fill the new slot: one transaction under the layout lock."""
-        async with self.store.layout_change() as conn:
+        async with self._layout_change() as conn:
             open_jobs = [ReindexJob.from_row(r) for r in await conn.fetch(self.q(sql.OPEN_JOBS))]
             _refuse_overlap(scope, open_jobs)
             layout = await conn.fetchrow(self.store.statement("LAYOUT"), scope)
@@ -228,7 +233,7 @@ class Reindexer:
         if dim > PGVECTOR_ANN_MAX_DIM:
             return
         qualified = self._index_of(slot)
-        async with self.store.connection() as conn:
+        async with self._owner() as conn:
             if await conn.fetchval(self.q(sql.INDEX_VALID), qualified) is False:
                 await conn.execute(self.q(sql.DROP_INDEX, i=qualified))
             name = slot_index(self.store.table_name, slot)
@@ -236,7 +241,7 @@ class Reindexer:
 
     async def _index_read_slots(self) -> None:
         """Every slot recall reads has its index (after a finalize)."""
-        async with self.store.connection() as conn:
+        async with self._owner() as conn:
             read = await self._read_slots(conn, ALL_TENANTS)
             dims = {r["slot"]: r["dim"] for r in await conn.fetch(self.q(sql.SLOT_DIMS))}
         for slot in read:
@@ -253,7 +258,7 @@ class Reindexer:
                     bounds = await tx.conn.fetch(self.q(kind.bounds_sql), tenant, job.batch)
                     total += bounds[0]["total"] if bounds else 0
                     ranges += cut(tenant, kind.name, [b["lo"] for b in bounds], len(ranges))
-        async with self.store.connection() as conn, conn.transaction():
+        async with self._owner() as conn, conn.transaction():
             await conn.execute(self.q(sql.DELETE_RANGES), job.id)
             await conn.execute(
                 self.q(sql.INSERT_RANGES),
@@ -275,25 +280,57 @@ class Reindexer:
             await conn.close()
 
     async def _admin(self) -> Any:
-        """A connection as the administrator role, refused unless it sees every row:
-        under row-level security the plan would be empty and the switch would point
-        recall at a slot no row has."""
+        """A connection as ``tulip_ops``, refused unless it sees every row (under
+        row-level security the plan would be empty and the switch would point recall
+        at a slot no row has) and the tables carry only what the migrations made."""
         import asyncpg
+
+        from tulip_memory.store.postgres.admin import as_operator
+        from tulip_memory.store.postgres.audit import audit
+        from tulip_memory.store.postgres.migrations import expected
 
         assert self._admin_dsn is not None
         try:
             conn = await asyncpg.connect(self._admin_dsn)
         except (OSError, asyncpg.PostgresError) as e:
             raise ReindexError(f"cannot connect with the administrator DSN: {e}") from e
-        role = await conn.fetchrow(self.q(sql.ROLE_SEES_ALL))
-        if not (role["rolsuper"] or role["rolbypassrls"]):
+        try:
+            await as_operator(conn)
+            await audit(conn, expected(self.store.table, self.store.table_name))
+        except PermissionError as e:
             await conn.close()
-            raise ReindexError(
-                f"the administrator DSN's role {role['rolname']!r} is subject to "
-                "row-level security, so it cannot list the tenants; use a superuser "
-                "or BYPASSRLS role, or --tenant"
-            )
+            raise ReindexError(f"{e}; or reindex one tenant at a time with --tenant") from e
         return conn
+
+    def _need_owner(self, what: str) -> str:
+        if self._admin_dsn is None:
+            raise ReindexError(
+                f"{what} changes the table's columns, slot registry or layouts, which "
+                "only the owner role may: set TULIP_DATABASE_ADMIN_URL (the "
+                "administrator DSN, or a role that is a member of tulip_owner)"
+            )
+        return self._admin_dsn
+
+    @asynccontextmanager
+    async def _owner(self) -> AsyncIterator[Any]:
+        """A connection acting as the owner role."""
+        from tulip_memory.store.postgres.admin import as_owner
+
+        dsn = self._need_owner("this reindex step")
+        try:
+            async with as_owner(dsn) as conn:
+                yield conn
+        except PermissionError as e:
+            raise ReindexError(str(e)) from e
+
+    @asynccontextmanager
+    async def _layout_change(self) -> AsyncIterator[Any]:
+        """An owner's transaction holding the layout lock exclusively: it waits for
+        the write transactions in flight, and later ones read the layout it commits."""
+        async with self._owner() as conn, conn.transaction():
+            await conn.execute(self.store.statement("LAYOUT_LOCK"))
+            await conn.execute(self.store.statement("BUMP_LAYOUT"))
+            yield conn
 
     async def _dispatch(self, job_id: int) -> None:
         pending = [r["id"] for r in await self._fetch(sql.PENDING_RANGES, job_id)]
@@ -400,6 +437,8 @@ class Reindexer:
         job = await self._require(job_id)
         if job.status != "running" or await self._fetch(sql.PENDING_RANGES, job_id):
             return job
+        if self._admin_dsn is None:
+            return job  # a batch worker: whoever watches the job switches it
         tenants = (
             [job.scope]
             if job.scope
@@ -409,7 +448,7 @@ class Reindexer:
             if await self._sweep(job, tenant) is None:
                 return await self._require(job_id)
         await self._index(job)
-        async with self.store.layout_change() as conn:
+        async with self._layout_change() as conn:
             locked = ReindexJob.from_row(await conn.fetchrow(self.q(sql.JOB_FOR_UPDATE), job_id))
             if locked.status != "running":
                 return locked
@@ -453,7 +492,7 @@ class Reindexer:
                 "`tulip-memory reindex --finalize` removes the old vectors"
             )
         if job.status != "planning":
-            async with self.store.connection() as conn:
+            async with self._owner() as conn:
                 await conn.execute(self.q(sql.SET_STATUS), job.id, "running", None)
         await self._advance(await self._require(job.id))
         return await self._require(job.id)
@@ -466,7 +505,7 @@ class Reindexer:
             raise ReindexError(
                 f"job {job.id} already switched; finalize it (or start a job back to the old model)"
             )
-        async with self.store.connection() as conn:
+        async with self._owner() as conn:
             await conn.execute(self.q(sql.SET_STATUS), job.id, "cancelled", "cancelled")
         return await self._require(job.id)
 
@@ -477,7 +516,7 @@ class Reindexer:
         job = await self._open(tenant)
         scope = job.scope or None
         clear: list[str] = []
-        async with self.store.layout_change() as conn:
+        async with self._layout_change() as conn:
             job = ReindexJob.from_row(await conn.fetchrow(self.q(sql.JOB_FOR_UPDATE), job.id))
             if job.status == "switched":
                 await conn.execute(self.q(sql.KEEP_READ_SLOT), scope)

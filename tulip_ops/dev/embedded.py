@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from tulip_memory.private import private_dir
-from tulip_memory.store.postgres import provision_app_role
 
 APP_ROLE = "tulip_app"
 
@@ -65,7 +64,9 @@ class EmbeddedPostgres:
         self._server = get_server(self.data_dir, cleanup_mode=mode, postgres_version=PG_MAJOR)
         self.admin_dsn = self._server.get_uri()
         run_async(update_vector(self.admin_dsn, self.data_dir))
-        self.app_dsn = run_async(provision_app_role(self.admin_dsn, role))
+        from tulip_ops.provision import provision
+
+        self.app_dsn = run_async(provision(self.admin_dsn, role))
         return self
 
     def stop(self) -> None:

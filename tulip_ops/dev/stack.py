@@ -78,6 +78,15 @@ class DevStack:
             TULIP_SPOOL_DIR=str(self.data_dir / "spool"),
             TULIP_CHECKPOINT_URL=f"file://{self.data_dir / 'checkpoints'}",
         )
+        self._migrate_table()
+
+    def _migrate_table(self) -> None:
+        """The configured memories table, migrated as the owner before any worker
+        starts (the application role verifies, never migrates)."""
+        from tulip_ops.provision import configured_store, migrate_now
+
+        assert self.postgres is not None
+        migrate_now(configured_store(self.postgres.admin_dsn, {**os.environ, **self.settings}))
 
     @property
     def env_file(self) -> Path:

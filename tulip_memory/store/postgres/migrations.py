@@ -4,13 +4,17 @@ Each migration is a list of statement templates over ``{t}`` (qualified table),
 ``{p}`` (bare table name, for index and policy names), ``{dim}`` (vector width) and
 ``{tsconfig}`` (the text search configuration, a validated name rendered as a
 ``regconfig`` literal: a generated column's expression cannot take a parameter).
-Migrations run once each, in order, inside one transaction holding an advisory lock
-on the table name, so concurrent first use by many processes applies them once.
+Migrations run once each, in order, as the owner role (provisioning, or a store built
+with ``migrator=``), inside one transaction holding an advisory lock on the table
+name, so concurrent migrators apply them once. The application role only verifies
+that its table is at the newest version.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from tulip_memory.store.postgres.audit import Expected, expected_objects
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,26 @@ MIGRATIONS: tuple[Migration, ...] = (
                 USING gin ((metadata -> 'source_ids') jsonb_path_ops)""",
         ),
     ),
+    Migration(
+        10,
+        "the owner role owns; the application role gets DML and reads the registries",
+        (
+            # tulip_dml: the application role's privileges (it is a member, owns nothing);
+            # tulip_ops: the admin tools' (BYPASSRLS, never superuser). See
+            # tulip_memory.store.postgres.admin.
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON {t}, {t}_turns TO tulip_dml",
+            "GRANT SELECT ON {t}_slots, {t}_layout, {t}_migrations TO tulip_dml",
+            "GRANT SELECT ON SEQUENCE {t}_layout_version TO tulip_dml",
+            # A batch marks its range done and may pause its job with the model's error.
+            "GRANT SELECT, UPDATE (status, error, updated_at) ON {t}_reindex_jobs TO tulip_dml",
+            """GRANT SELECT, UPDATE (status, rows, runs, finished_at)
+                ON {t}_reindex_ranges TO tulip_dml""",
+            """GRANT SELECT, INSERT, UPDATE, DELETE ON {t}, {t}_turns, {t}_slots, {t}_layout,
+                {t}_reindex_jobs, {t}_reindex_ranges, {t}_migrations TO tulip_ops""",
+            """GRANT SELECT, USAGE, UPDATE ON SEQUENCE {t}_layout_version,
+                {t}_reindex_jobs_id_seq TO tulip_ops""",
+        ),
+    ),
 )
 
 
@@ -195,3 +219,14 @@ def render(
         raise ValueError(f"not a text search configuration name: {tsconfig!r}")
     literal = f"'{tsconfig}'::regconfig"
     return [s.format(t=table, p=name, dim=dim, tsconfig=literal) for s in migration.statements]
+
+
+def expected(table: str, name: str) -> dict[str, Expected]:
+    """What the migrations leave on ``table`` and its companion tables (for
+    :func:`~tulip_memory.store.postgres.audit.audit`)."""
+    statements = [
+        s
+        for m in MIGRATIONS
+        for s in render(m, table=table, name=name, dim=1, ann=True, tsconfig="simple")
+    ]
+    return expected_objects(table, statements)

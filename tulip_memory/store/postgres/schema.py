@@ -1,9 +1,10 @@
-"""Bring a ``PgMemory`` table to the newest schema: extension, migrations, width check."""
+"""A ``PgMemory`` table's schema: migrated by the owner role, verified by the store."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from tulip_memory.errors import SchemaError
 from tulip_memory.store.postgres import sql
 from tulip_memory.store.postgres.migrations import MIGRATIONS, render
 
@@ -11,7 +12,7 @@ from tulip_memory.store.postgres.migrations import MIGRATIONS, render
 Step = tuple[int, str, list[str]]
 
 
-async def ensure_schema(
+async def migrate_schema(
     conn: Any,
     *,
     table: str,
@@ -22,10 +23,11 @@ async def ensure_schema(
     model: str,
     spec: tuple[str, str | None] | None = None,
 ) -> list[int]:
-    """Bring a memories table up to date; return the versions applied now. ``model``
-    names the vectors of the original ``embedding`` column when the table's slot
-    registry is created (the store's own encoder), and ``spec`` how to build it (its
-    model string and API base) when a model string can."""
+    """Bring a memories table up to date on ``conn``, a connection acting as the owner
+    role (:func:`~tulip_memory.store.postgres.admin.as_owner`); return the versions
+    applied now. ``model`` names the vectors of the original ``embedding`` column when
+    the table's slot registry is created (the store's own encoder), and ``spec`` how
+    to build it (its model string and API base) when a model string can."""
     await _ensure_vector(conn)
     await _check_text_search_config(conn, text_search_config)
     steps = [
@@ -39,35 +41,55 @@ async def ensure_schema(
     applied = await apply_migrations(conn, table, steps)
     spec_text, api_base = spec if spec is not None else (None, None)
     await conn.execute(sql.SEED_SLOT.format(t=table), model, dim, spec_text, api_base)
+    return applied
+
+
+async def verify_schema(conn: Any, *, table: str, dim: int, text_search_config: str) -> None:
+    """Refuse a memories table that is not at this code's schema version, or whose
+    width or text search configuration is not this store's. The application role
+    never migrates: it cannot (it owns nothing and has no CREATE on the schema)."""
+    await _check_text_search_config(conn, text_search_config)
+    await verify_migrations(conn, table, [m.version for m in MIGRATIONS])
     await _check_width(conn, table, dim)
     await _check_table_text_search_config(conn, table, text_search_config)
-    return applied
+
+
+async def verify_migrations(conn: Any, table: str, versions: list[int]) -> None:
+    """Raise :class:`SchemaError` unless ``<table>_migrations`` records ``versions``."""
+    import asyncpg
+
+    done: set[int] = set()
+    try:
+        if await conn.fetchval(sql.RELATION_EXISTS, f"{table}_migrations"):
+            done = {r["version"] for r in await conn.fetch(sql.APPLIED_VERSIONS.format(t=table))}
+    except asyncpg.InsufficientPrivilegeError:
+        pass  # provisioned before the grants migration: the same answer
+    missing = sorted(set(versions) - done)
+    if missing:
+        state = f"lacks migrations {missing}" if done else "does not exist yet"
+        raise SchemaError(
+            f"{table} {state}: migrations run as the owner role, never as the "
+            "application role. Run `tulip-memory provision` with "
+            "TULIP_DATABASE_ADMIN_URL (or build the store with migrator=<admin DSN>)"
+        )
 
 
 async def apply_migrations(conn: Any, table: str, steps: list[Step]) -> list[int]:
     """Apply the steps ``<table>_migrations`` has not recorded, in order, in one
-    transaction under an advisory lock on the table name (concurrent first use by
-    many processes migrates once)."""
-    import asyncpg
-
+    transaction under an advisory lock on the table name (concurrent migrators
+    migrate once). ``conn`` acts as the owner role."""
     applied_now: list[int] = []
-    try:
-        async with conn.transaction():
-            await conn.execute(sql.MIGRATION_LOCK, table)
-            await conn.execute(sql.CREATE_VERSION_TABLE.format(t=table))
-            done = {r["version"] for r in await conn.fetch(sql.APPLIED_VERSIONS.format(t=table))}
-            for version, label, statements in steps:
-                if version in done:
-                    continue
-                for stmt in statements:
-                    await conn.execute(stmt)
-                await conn.execute(sql.RECORD_VERSION.format(t=table), version, label)
-                applied_now.append(version)
-    except asyncpg.InsufficientPrivilegeError as e:
-        raise PermissionError(
-            f"cannot create or migrate {table}: {e}. The application role needs CREATE "
-            "on the schema (see tulip_memory.store.postgres.provision_app_role)."
-        ) from e
+    async with conn.transaction():
+        await conn.execute(sql.MIGRATION_LOCK, table)
+        await conn.execute(sql.CREATE_VERSION_TABLE.format(t=table))
+        done = {r["version"] for r in await conn.fetch(sql.APPLIED_VERSIONS.format(t=table))}
+        for version, label, statements in steps:
+            if version in done:
+                continue
+            for stmt in statements:
+                await conn.execute(stmt)
+            await conn.execute(sql.RECORD_VERSION.format(t=table), version, label)
+            applied_now.append(version)
     return applied_now
 
 

@@ -108,6 +108,8 @@ CREATE TABLE IF NOT EXISTS {t}_migrations (
     applied_at timestamptz NOT NULL DEFAULT now()
 )"""
 
+RELATION_EXISTS = "SELECT to_regclass($1) IS NOT NULL"
+
 APPLIED_VERSIONS = "SELECT version FROM {t}_migrations ORDER BY version"
 
 RECORD_VERSION = "INSERT INTO {t}_migrations (version, name) VALUES ($1, $2)"

@@ -32,13 +32,14 @@ from tulip_memory.store.base import BatchFirstStore, BatchItem
 from tulip_memory.store.fusion import WORD_HASHING, HybridRanking
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
 from tulip_memory.store.postgres import slots, sql
+from tulip_memory.store.postgres.admin import as_owner
 from tulip_memory.store.postgres.layouts import (
     NO_MODEL,
     EmbedderResolver,
     Layouts,
     resolve_embedder,
 )
-from tulip_memory.store.postgres.schema import ensure_schema
+from tulip_memory.store.postgres.schema import migrate_schema, verify_schema
 from tulip_memory.store.postgres.slots import Layout
 from tulip_memory.store.postgres.writer import (
     PgWriter,
@@ -125,6 +126,7 @@ class PgMemory(BatchFirstStore):
         text_search_config: str = DEFAULT_TEXT_SEARCH_CONFIG,
         ranking: HybridRanking | None = None,
         embedders: EmbedderResolver | None = None,
+        migrator: str | None = None,
     ) -> None:
         """``text_search_config`` names the Postgres text search configuration that
         tokenises, stems and drops stop words ('english': Snowball stemming and the
@@ -139,7 +141,13 @@ class PgMemory(BatchFirstStore):
         After an online reindex (:mod:`tulip_memory.reindex`) the table's vectors may
         be of another model than ``embedder``: the table's slot registry names it, and
         ``embedders`` builds its embedder from the model string (by default
-        :func:`~tulip_memory.embeddings.embedder_from_config`)."""
+        :func:`~tulip_memory.embeddings.embedder_from_config`).
+
+        The store never migrates through ``dsn`` (the application role owns nothing):
+        it verifies at first use that the table is at this code's schema version.
+        ``migrator``, a DSN whose role may act as the owner role (the administrator's,
+        or a member of ``tulip_owner``), migrates the table first (:meth:`migrate`);
+        ``tulip-memory provision`` does the same for the configured table."""
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
         if encoding_cache < 0:
@@ -189,6 +197,7 @@ class PgMemory(BatchFirstStore):
         self._ranking = ranking if ranking is not None else _default_ranking(self._encoder)
         self._cache = EmbeddingCache(encoding_cache)
         self._pool_size = pool_size
+        self._migrator = migrator
         self._allow_rls_bypass = allow_rls_bypass
         self._sql: dict[str, str] = {
             name: getattr(sql, name).format(t=self._qualified, p=self._table, v="{v}")
@@ -244,7 +253,24 @@ class PgMemory(BatchFirstStore):
         conn = await asyncpg.connect(self._dsn)
         try:
             await self._check_role(conn)
-            await ensure_schema(
+            if self._migrator is not None:
+                await self.migrate()
+            await verify_schema(
+                conn, table=self._qualified, dim=self._vdim, text_search_config=self._ts_config
+            )
+        finally:
+            await conn.close()
+        return await asyncpg.create_pool(
+            self._dsn, min_size=1, max_size=self._pool_size, init=register_vector
+        )
+
+    async def migrate(self) -> list[int]:
+        """Bring the table to this code's schema as the owner role, through the
+        ``migrator`` DSN; the versions applied now."""
+        if self._migrator is None:
+            raise ValueError("PgMemory.migrate needs migrator=<a DSN that may act as the owner>")
+        async with as_owner(self._migrator) as conn:
+            return await migrate_schema(
                 conn,
                 table=self._qualified,
                 name=self._table,
@@ -254,11 +280,6 @@ class PgMemory(BatchFirstStore):
                 model=self._encoder.model if self._encoder is not None else NO_MODEL,
                 spec=None if self._encoder is None else spec_of(self._encoder),
             )
-        finally:
-            await conn.close()
-        return await asyncpg.create_pool(
-            self._dsn, min_size=1, max_size=self._pool_size, init=register_vector
-        )
 
     async def _check_role(self, conn: Any) -> None:
         row = await conn.fetchrow(self._sql["ROLE_FLAGS"])
