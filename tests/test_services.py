@@ -20,8 +20,8 @@ def test_embedded_postgres_keeps_data_across_restarts_and_stops(server_dir: Path
     pid = pg._server.get_pid()
     assert pid is not None and psutil.pid_exists(pid)
 
-    async def write() -> None:
-        conn = await asyncpg.connect(pg.app_dsn)
+    async def write() -> None:  # as the administrator: the app role creates nothing
+        conn = await asyncpg.connect(pg.admin_dsn)
         await conn.execute("CREATE TABLE kept (x int); INSERT INTO kept VALUES (7)")
         await conn.close()
 
@@ -33,7 +33,7 @@ def test_embedded_postgres_keeps_data_across_restarts_and_stops(server_dir: Path
     try:
 
         async def read() -> int:
-            conn = await asyncpg.connect(again.app_dsn)
+            conn = await asyncpg.connect(again.admin_dsn)
             try:
                 return int(await conn.fetchval("SELECT x FROM kept"))
             finally:
