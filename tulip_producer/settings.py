@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from tulip_wire.claimcheck import DEFAULT_SPOOL_DIR, claim_check_url_from_env
 from tulip_wire.endpoints import BROKER_SCHEMES, REDIS_SCHEMES, scheme_of
+from tulip_wire.events import DEFAULT_MAX_EVENT_BYTES
 from tulip_wire.published import DEFAULT_STATUS_TTL
 from tulip_wire.redact import redact_url
 
@@ -27,7 +28,6 @@ DEFAULT_CHECKPOINT_SHARDS = 4
 #: Read-your-writes overlay lifetime: far longer than any queue backlog should last.
 DEFAULT_PENDING_TTL = 7 * 24 * 3600.0
 DEFAULT_PUBLISH_TIMEOUT = 1.0
-DEFAULT_MAX_EVENT_BYTES = 256 * 1024
 
 CLAIM_CHECK_SCHEMES = frozenset({"file", "s3", "memory"})
 

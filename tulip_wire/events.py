@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -43,6 +44,14 @@ EVENT_TYPES = frozenset({SESSION_ENDED, CHECKPOINT_SAVED})
 TASKS = {SESSION_ENDED: topology.EXTRACT_TASK, CHECKPOINT_SAVED: topology.CHECKPOINT_TASK}
 MAX_KEY_CHARS = 2048
 MAX_THREAD_ID_CHARS = 512
+#: The largest inline envelope (UTF-8 bytes) a producer sends and a worker accepts
+#: (``TULIP_MAX_EVENT_BYTES``); a larger payload travels by claim-check.
+DEFAULT_MAX_EVENT_BYTES = 256 * 1024
+#: The largest claim-checked payload a worker fetches (``TULIP_MAX_CLAIM_BYTES``).
+DEFAULT_MAX_CLAIM_BYTES = 32 * 1024 * 1024
+#: JSON escapes of NUL and of UTF-16 surrogates: only with one of them in the body can
+#: the parsed text hold what no Postgres text column takes (checked precisely then).
+_SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
 
 
 class EventError(TulipMemoryError, ValueError):
@@ -172,10 +181,27 @@ def encode(env: Envelope) -> str:
         raise EventError(f"not JSON-serializable: {e}", env.id) from e
 
 
-def decode(text: str | bytes) -> Envelope:
-    """Parse and validate one event from the wire."""
+def decode(text: object, *, max_bytes: int | None = None) -> Envelope:
+    """Parse and validate one event from the wire. Anything wrong with it, whatever
+    the body is (not text, too large, nested too deep, text Postgres cannot store),
+    is an :class:`EventError`; nothing else escapes."""
     try:
-        raw = json.loads(text)
+        return _decode(text, max_bytes)
+    except EventError:
+        raise
+    except Exception as e:  # RecursionError, MemoryError's kin, a bug in a check
+        raise EventError(f"cannot decode: {type(e).__name__}: {str(e)[:200]}") from e
+
+
+def _decode(text: object, max_bytes: int | None) -> Envelope:
+    data = _wire_bytes(text)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise EventError(
+            f"body is {len(data)} bytes, over the {max_bytes} of TULIP_MAX_EVENT_BYTES "
+            "(larger payloads travel by claim-check)"
+        )
+    try:
+        raw = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
         raise EventError(f"not valid JSON: {e}") from e
     if not isinstance(raw, dict):
@@ -186,6 +212,8 @@ def decode(text: str | bytes) -> Envelope:
         raise EventError(
             f"unknown schema version {version!r} (this worker reads {SCHEMA_VERSION})", event_id
         )
+    if _SUSPECT_ESCAPE.search(data):
+        _check_storable(raw, event_id)
     env = Envelope(
         v=version,
         id=_field(raw, "id", str, event_id),
@@ -198,6 +226,39 @@ def decode(text: str | bytes) -> Envelope:
     )
     validate(env)
     return env
+
+
+def _wire_bytes(text: object) -> bytes:
+    """The body as UTF-8 (text without lone surrogates)."""
+    if isinstance(text, bytes):
+        data = text
+    elif isinstance(text, str):
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise EventError(f"body holds a lone surrogate at character {e.start}") from e
+    else:
+        raise EventError(f"an event body must be JSON text, got {type(text).__name__}")
+    return data
+
+
+def _check_storable(raw: Any, event_id: str | None) -> None:
+    """No string of the event (keys included) holds a NUL or a lone surrogate."""
+    todo: list[Any] = [raw]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            todo += item.keys()
+            todo += item.values()
+        elif isinstance(item, list):
+            todo += item
+        elif isinstance(item, str):
+            if "\x00" in item:
+                raise EventError("the event's text holds a NUL character", event_id)
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise EventError("the event's text holds a lone UTF-16 surrogate", event_id) from e
 
 
 def validate(env: Envelope) -> None:
@@ -218,6 +279,24 @@ def validate(env: Envelope) -> None:
         raise EventError("exactly one of payload and payload_ref must be set", env.id)
     if env.payload is not None:
         check_payload(env, env.payload)
+
+
+def decode_payload(env: Envelope, data: bytes) -> dict[str, Any]:
+    """A claim-checked payload's bytes, parsed and validated against its envelope;
+    like :func:`decode`, every problem is an :class:`EventError`."""
+    try:
+        payload = json.loads(data)
+        if _SUSPECT_ESCAPE.search(data):
+            _check_storable(payload, env.id)
+        return check_payload(env, payload)
+    except EventError:
+        raise
+    except ValueError as e:
+        raise EventError(f"claim-checked payload is not valid JSON: {e}", env.id) from e
+    except Exception as e:
+        raise EventError(
+            f"cannot decode the claim-checked payload: {type(e).__name__}", env.id
+        ) from e
 
 
 def check_payload(env: Envelope, payload: Any) -> dict[str, Any]:
@@ -243,6 +322,17 @@ def _check_payload(kind: str, payload: Any, event_id: str) -> None:
         _check_checkpoint_saved(payload, event_id)
 
 
+def _check_thread_id(p: dict[str, Any], event_id: str) -> None:
+    thread = p.get("thread_id")
+    if not isinstance(thread, str) or not thread or len(thread) > MAX_THREAD_ID_CHARS:
+        raise EventError(
+            f"payload.thread_id must be a string of 1..{MAX_THREAD_ID_CHARS} characters",
+            event_id,
+        )
+    if "\x00" in thread:
+        raise EventError("payload.thread_id contains a NUL character", event_id)
+
+
 def _check_checkpoint_saved(p: dict[str, Any], event_id: str) -> None:
     if "tenant" not in p:
         raise EventError(
@@ -255,14 +345,7 @@ def _check_checkpoint_saved(p: dict[str, Any], event_id: str) -> None:
         validate_namespace((p["tenant"],))
     except (TypeError, ValueError) as e:
         raise EventError(f"payload.tenant: {e}", event_id) from e
-    thread = p.get("thread_id")
-    if not isinstance(thread, str) or not thread or len(thread) > MAX_THREAD_ID_CHARS:
-        raise EventError(
-            f"payload.thread_id must be a string of 1..{MAX_THREAD_ID_CHARS} characters",
-            event_id,
-        )
-    if "\x00" in thread:
-        raise EventError("payload.thread_id contains a NUL character", event_id)
+    _check_thread_id(p, event_id)
     cid = p.get("checkpoint_id")
     if not isinstance(cid, str) or len(cid) != 32 or not all(c in "0123456789abcdef" for c in cid):
         raise EventError("payload.checkpoint_id must be 32 lower-case hex digits", event_id)
@@ -280,8 +363,7 @@ def _check_session_ended(p: dict[str, Any], event_id: str) -> None:
         validate_namespace(tuple(ns))
     except (TypeError, ValueError) as e:
         raise EventError(f"payload.namespace: {e}", event_id) from e
-    if not isinstance(p.get("thread_id"), str) or not p["thread_id"]:
-        raise EventError("payload.thread_id must be a non-empty string", event_id)
+    _check_thread_id(p, event_id)
     msgs = p.get("messages")
     if not isinstance(msgs, list):
         raise EventError("payload.messages must be a list", event_id)

@@ -19,7 +19,9 @@ ORDERED_QUEUE_PREFIXES = (EXTRACT_QUEUE_PREFIX, CHECKPOINT_QUEUE_PREFIX)
 #: Unordered roles: one queue each, pooled workers.
 SUMMARIZE_QUEUE = "memory.summarize"
 REINDEX_QUEUE = "memory.reindex"
-DEADLETTER_QUEUE = "memory.deadletter"
+# No dead-letter queue: dead letters live in Postgres (``tulip-memory dlq``), are FAILURE
+# tasks in Flower and ``tulip_dead_letters`` in ``tulip-memory metrics``; a queue that
+# nobody consumes would only grow.
 
 #: Celery task names.
 EXTRACT_TASK = "tulip.memory.extract"
@@ -32,6 +34,7 @@ SEQ_KEY_PREFIX = "tulip:seq:"  # per-key event sequence numbers (producer)
 PENDING_KEY_PREFIX = "tulip:pending:"  # read-your-writes thread state (producer, workers)
 SUMMARY_PENDING_PREFIX = "tulip:summarize:"  # one summary job per thread in flight
 SEMAPHORE_PREFIX = "tulip:sem:"  # counting semaphores (one sorted set of leases each)
+DEATHS_PREFIX = "tulip:deaths:"  # per task id: shard workers that died holding it
 
 
 def shard_queue(prefix: str, shard: int) -> str:
@@ -58,5 +61,4 @@ def declared_queues(extract_shards: int, checkpoint_shards: int) -> list[QueueSp
         *[QueueSpec(q, True) for q in shard_queues(CHECKPOINT_QUEUE_PREFIX, checkpoint_shards)],
         QueueSpec(SUMMARIZE_QUEUE, False),
         QueueSpec(REINDEX_QUEUE, False),
-        QueueSpec(DEADLETTER_QUEUE, False),
     ]

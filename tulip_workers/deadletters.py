@@ -4,11 +4,19 @@ Rows hold the event's content, so the table is tenant-scoped like the memories:
 forced row-level security on ``tenant``. The worker writes a dead letter with its
 event's tenant pinned; the ``tulip-memory dlq`` commands read across tenants through
 an administrator connection.
+
+The body is kept as the bytes that arrived (``raw``, bytea) with its sha256 and size,
+so no content can make the dead letter itself fail: NUL bytes, lone surrogates and
+bodies that are not text at all are stored as they came. Only when even that write
+fails is a *minimal* letter written instead (:func:`minimal`): the event id, the
+digest and size of the body, and the reason, with no content at all.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +26,8 @@ from tulip_memory.store.postgres.schema import Step, apply_migrations, verify_mi
 TABLE = "public.tulip_dead_letters"
 #: The tenant recorded for an event too malformed to name its own.
 UNKNOWN_TENANT = "_unknown"
+MAX_REASON_CHARS = 2000
+_MAX_NAME_CHARS = 2048
 
 _MIGRATIONS: list[Step] = [
     (
@@ -43,6 +53,21 @@ _MIGRATIONS: list[Step] = [
                 WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
         ],
     ),
+    (
+        2,
+        "dead letter bodies as bytes, with digest and size",
+        [
+            f"ALTER TABLE {TABLE} ADD COLUMN raw bytea",
+            f"ALTER TABLE {TABLE} ADD COLUMN sha256 text",
+            f"ALTER TABLE {TABLE} ADD COLUMN size bigint",
+            f"""UPDATE {TABLE} SET raw = convert_to(body, 'UTF8'),
+                sha256 = encode(sha256(convert_to(body, 'UTF8')), 'hex'),
+                size = octet_length(convert_to(body, 'UTF8'))""",
+            f"ALTER TABLE {TABLE} DROP COLUMN body",
+            f"ALTER TABLE {TABLE} ALTER COLUMN sha256 SET NOT NULL",
+            f"ALTER TABLE {TABLE} ALTER COLUMN size SET NOT NULL",
+        ],
+    ),
 ]
 
 _MIGRATIONS.append(
@@ -58,16 +83,37 @@ _MIGRATIONS.append(
 )
 
 _PUT = f"""
-INSERT INTO {TABLE} (event_id, tenant, type, key, seq, reason, body, attempts)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO {TABLE} (event_id, tenant, type, key, seq, reason, raw, sha256, size, attempts)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 ON CONFLICT (event_id) DO UPDATE SET
-    reason = EXCLUDED.reason, body = EXCLUDED.body, attempts = EXCLUDED.attempts,
-    failed_at = now(), replayed_at = NULL"""
+    reason = EXCLUDED.reason, raw = EXCLUDED.raw, sha256 = EXCLUDED.sha256,
+    size = EXCLUDED.size, attempts = EXCLUDED.attempts, failed_at = now(), replayed_at = NULL"""
 _LIST = f"""
 SELECT * FROM {TABLE} WHERE replayed_at IS NULL OR $1
 ORDER BY failed_at DESC LIMIT $2"""
 _GET = f"SELECT * FROM {TABLE} WHERE event_id = $1"
 _REPLAYED = f"UPDATE {TABLE} SET replayed_at = now() WHERE event_id = $1"
+_FIELDS = ("event_id", "tenant", "type", "key", "seq", "reason", "raw", "sha256", "size")
+
+
+def body_bytes(body: object) -> bytes:
+    """The bytes of a task argument as it arrived: text as UTF-8 (lone surrogates
+    kept, so a replay sends the same text), anything else (a forged message's int,
+    list, ...) as its JSON, else its type name."""
+    if isinstance(body, bytes | bytearray | memoryview):
+        return bytes(body)
+    if isinstance(body, str):
+        return body.encode("utf-8", "surrogatepass")
+    try:
+        return json.dumps(body, ensure_ascii=True, default=repr).encode("ascii")
+    except (ValueError, TypeError, RecursionError):
+        return f"<unserializable {type(body).__name__}>".encode("ascii")
+
+
+def safe_text(text: str, limit: int = _MAX_NAME_CHARS) -> str:
+    """``text`` as Postgres can always store it: no NUL, no lone surrogate."""
+    clean = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    return clean[:limit]
 
 
 @dataclass(frozen=True)
@@ -78,14 +124,74 @@ class DeadLetter:
     key: str | None
     seq: int | None
     reason: str
-    body: str
+    raw: bytes | None
+    sha256: str
+    size: int
     attempts: int
     failed_at: datetime
     replayed_at: datetime | None
 
     @classmethod
+    def of(
+        cls,
+        *,
+        event_id: str,
+        tenant: str,
+        type: str | None,
+        key: str | None,
+        seq: int | None,
+        reason: str,
+        body: object,
+        attempts: int,
+        failed_at: datetime,
+    ) -> DeadLetter:
+        raw = body_bytes(body)
+        return cls(
+            event_id=event_id,
+            tenant=tenant,
+            type=type,
+            key=key,
+            seq=seq,
+            reason=reason,
+            raw=raw,
+            sha256=hashlib.sha256(raw).hexdigest(),
+            size=len(raw),
+            attempts=attempts,
+            failed_at=failed_at,
+            replayed_at=None,
+        )
+
+    @classmethod
     def from_row(cls, r: Any) -> DeadLetter:
-        return cls(**{f: r[f] for f in cls.__dataclass_fields__})
+        values = {f: r[f] for f in cls.__dataclass_fields__}
+        return cls(**{**values, "raw": None if r["raw"] is None else bytes(r["raw"])})
+
+    @property
+    def body(self) -> str:
+        """The body as text, exactly as it arrived (empty for a minimal letter)."""
+        return "" if self.raw is None else self.raw.decode("utf-8", "surrogatepass")
+
+    @property
+    def minimal(self) -> bool:
+        return self.raw is None
+
+
+def minimal(letter: DeadLetter, why: str | None = None) -> DeadLetter:
+    """The letter without content: id, digest, size and reason (and why the full
+    letter could not be written), in the unknown tenant. Nothing in it comes from the
+    body, so nothing in it can fail to store."""
+    note = f" [minimal letter: the full one failed: {why}]" if why else " [minimal letter]"
+    reason = letter.reason + note
+    return replace(
+        letter,
+        event_id=safe_text(letter.event_id, 200),
+        tenant=UNKNOWN_TENANT,
+        type=None,
+        key=None,
+        seq=None,
+        reason=safe_text(reason, MAX_REASON_CHARS),
+        raw=None,
+    )
 
 
 class DeadLetters:
@@ -104,17 +210,9 @@ class DeadLetters:
         await verify_migrations(conn, TABLE, [v for v, _, _ in _MIGRATIONS])
 
     async def put(self, conn: Any, letter: DeadLetter) -> None:
-        await conn.execute(
-            _PUT,
-            letter.event_id,
-            letter.tenant,
-            letter.type,
-            letter.key,
-            letter.seq,
-            letter.reason[:2000],
-            letter.body,
-            letter.attempts,
-        )
+        values = [getattr(letter, f) for f in _FIELDS]
+        values[_FIELDS.index("reason")] = letter.reason[:MAX_REASON_CHARS]
+        await conn.execute(_PUT, *values, letter.attempts)
 
     async def list(
         self, conn: Any, *, limit: int = 50, include_replayed: bool = False

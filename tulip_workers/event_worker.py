@@ -1,14 +1,16 @@
 """Shared discipline of ordered event tasks: ledger, in-place retries, dead letters.
 
-A redelivered event finds its ledger row and changes nothing; a transient failure is
-retried here, in place, so later events of the key wait behind it; an event that keeps
-failing, or is malformed, becomes a dead letter with its reason and the shard moves on.
+A redelivered event finds its ledger row and changes nothing. A failure that means a
+dependency is unreachable (:mod:`tulip_workers.failures`) is retried here, in place and
+without limit, so later events of the key wait behind it and nothing is dead-lettered
+by an outage. Any other failure gets ``retry.attempts`` attempts; then the event
+becomes a dead letter with its reason and the shard moves on. A dead letter cannot
+fail on content (:mod:`tulip_workers.deadletters`), so no message can stop a shard.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -19,8 +21,23 @@ from typing import Any, Protocol
 from tulip_memory.ledger import EventLedger
 from tulip_memory.store import PgMemory
 from tulip_memory.store.validation import NS_SEP
-from tulip_wire.events import Envelope, EventError, PayloadRef, check_payload, decode
-from tulip_workers.deadletters import UNKNOWN_TENANT, DeadLetter, DeadLetters
+from tulip_wire.events import (
+    DEFAULT_MAX_CLAIM_BYTES,
+    Envelope,
+    EventError,
+    PayloadRef,
+    decode,
+    decode_payload,
+)
+from tulip_workers.deadletters import (
+    MAX_REASON_CHARS,
+    UNKNOWN_TENANT,
+    DeadLetter,
+    DeadLetters,
+    minimal,
+    safe_text,
+)
+from tulip_workers.failures import is_unreachable
 from tulip_workers.outcomes import log_outcome
 from tulip_workers.retry import RetryPolicy, describe, is_permanent
 
@@ -46,11 +63,14 @@ class ClaimStore(Protocol):
 
 
 @dataclass(frozen=True)
-class _Result:
+class Outcome:
+    """What became of one delivery: ``applied``, ``duplicate``, ``dead`` (with its
+    ``reason``) or a subclass's own (``superseded``)."""
+
     outcome: str
     event_id: str
-    key: str | None
-    attempt: int
+    key: str | None = None
+    attempt: int = 0
     reason: str | None = None
 
 
@@ -58,40 +78,81 @@ class AlreadyApplied(Exception):
     """Rolls back a transaction whose event the ledger already holds."""
 
 
+def tenant_of_letter(env: Envelope | None) -> str:
+    """The tenant a dead letter is filed under; one Postgres cannot pin goes to the
+    unknown tenant (its letter is still written)."""
+    tenant = tenant_of_event(env)
+    return tenant if safe_text(tenant) == tenant else UNKNOWN_TENANT
+
+
 @dataclass(kw_only=True)
 class EventWorker(ABC):
     """The delivery discipline every ordered event task shares: decode and validate,
     skip what the ledger already holds, apply with in-place retries, dead-letter what
-    keeps failing, and log one line per outcome. Subclasses implement :meth:`_apply`."""
+    keeps failing, and log one line per outcome. Subclasses implement :meth:`_apply`.
+
+    ``max_body_bytes`` bounds an inline body (``TULIP_MAX_EVENT_BYTES``),
+    ``max_claim_bytes`` a claim-checked payload (``TULIP_MAX_CLAIM_BYTES``)."""
 
     store: PgMemory
     claims: ClaimStore | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     ledger: EventLedger = field(default_factory=EventLedger)
     dead_letters: DeadLetters = field(default_factory=DeadLetters)
+    max_body_bytes: int | None = None
+    max_claim_bytes: int = DEFAULT_MAX_CLAIM_BYTES
     _ready: bool = False
 
     async def handle_durably(
-        self, body: str, task_id: str | None = None, queue: str | None = None
-    ) -> str:
-        """:meth:`handle` until it returns. An error escaping it means the database
-        itself is unreachable (events that fail are dead-lettered inside), so the
-        shard waits here, in place, rather than acking or re-queueing the event."""
-        attempt = 0
+        self,
+        body: object,
+        task_id: str | None = None,
+        queue: str | None = None,
+        *,
+        killed: str | None = None,
+    ) -> Outcome:
+        """:meth:`handle` until it returns. What escapes it is the database failing
+        outside an event's attempts (events that fail are dead-lettered inside): an
+        unreachable one is waited for here, in place, without limit; any other error
+        is retried ``retry.attempts`` times and then ends as a minimal dead letter,
+        which holds nothing of the body and so cannot fail on it. ``killed``: the
+        reason to dead-letter the event without applying it (it killed its workers)."""
+        failures = waits = 0
         while True:
             try:
-                return await self.handle(body, task_id, queue)
+                return await self._outcome(body, task_id, queue, killed)
             except Exception as e:
-                attempt += 1
-                delay = self.retry.delay(min(attempt, 8))
-                log.error("cannot process event (%s); retry in %.1fs", describe(e), delay)
-                await asyncio.sleep(delay)
+                if is_unreachable(e):
+                    waits += 1
+                    delay = self.retry.delay(min(waits, 8))
+                    log.error(
+                        "a dependency is unreachable (%s); retry in %.1fs", describe(e), delay
+                    )
+                    await asyncio.sleep(delay)
+                    continue
+                failures += 1
+                log.error("cannot process event %s (%s)", task_id, describe(e))
+                last = failures >= self.retry.attempts
+                if last and (outcome := await self._last_resort(body, task_id, queue, e, failures)):
+                    return outcome
+                await asyncio.sleep(self.retry.delay(min(failures, 8)))
 
-    async def handle(self, body: str, task_id: str | None = None, queue: str | None = None) -> str:
+    async def handle(
+        self, body: object, task_id: str | None = None, queue: str | None = None
+    ) -> str:
         """Apply the event in ``body``; returns ``applied``, ``duplicate`` or ``dead``,
         and logs one structured line with the outcome."""
+        return (await self._outcome(body, task_id, queue, None)).outcome
+
+    async def _outcome(
+        self, body: object, task_id: str | None, queue: str | None, killed: str | None
+    ) -> Outcome:
         started = time.perf_counter()
-        result = await self._handle(body, task_id)
+        result = await self._handle(body, task_id, killed)
+        self._log(result, queue, started)
+        return result
+
+    def _log(self, result: Outcome, queue: str | None, started: float) -> None:
         log_outcome(
             event_id=result.event_id,
             key=result.key,
@@ -101,39 +162,49 @@ class EventWorker(ABC):
             outcome=result.outcome,
             reason=result.reason,
         )
-        return result.outcome
 
-    async def _handle(self, body: str, task_id: str | None) -> _Result:
+    async def _handle(self, body: object, task_id: str | None, killed: str | None) -> Outcome:
         await self._ensure()
+        if killed is not None and task_id is not None:
+            if await self._done(task_id):
+                return Outcome(DUPLICATE, task_id)
+            return await self._dead(body, task_id, killed, attempts=0)
         try:
-            env = decode(body)
+            env = decode(body, max_bytes=self.max_body_bytes)
             if task_id is not None and env.id != task_id:
                 raise EventError(f"event id does not match its task id {task_id!r}", env.id)
         except EventError as e:
             # The broker's task id is the producer's event id; a malformed body's own
             # "id" is not trusted to name the ledger row.
-            event_id = task_id or e.event_id or "unknown"
-            await self._dead(body, event_id, e.reason, attempts=1)
-            return _Result(DEAD, event_id, None, 1, e.reason)
+            return await self._dead(body, task_id or e.event_id or "unknown", e.reason, attempts=1)
         if await self._done(env.id):
-            return _Result(DUPLICATE, env.id, env.key, 0)
-        for attempt in range(1, self.retry.attempts + 1):
+            return Outcome(DUPLICATE, env.id, env.key)
+        return await self._attempts(body, env)
+
+    async def _attempts(self, body: object, env: Envelope) -> Outcome:
+        """Apply ``env``: an unreachable dependency is waited for without using up an
+        attempt; any other failure uses one, and the last (or a permanent one) makes
+        the event a dead letter."""
+        attempt = waits = 0
+        while True:
             try:
-                return _Result(await self._apply(env, attempt), env.id, env.key, attempt)
+                outcome = await self._apply(env, attempt + 1)
+                return Outcome(outcome, env.id, env.key, attempt + 1)
             except Exception as e:
-                if is_permanent(e) or attempt == self.retry.attempts:
-                    await self._dead(body, env.id, describe(e), attempts=attempt, env=env)
-                    return _Result(DEAD, env.id, env.key, attempt, describe(e))
-                delay = self.retry.delay(attempt)
-                log.warning(
-                    "event %s attempt %d failed (%s); retry in %.2fs",
-                    env.id,
-                    attempt,
-                    describe(e),
-                    delay,
-                )
+                if is_unreachable(e):
+                    waits += 1
+                    delay = self.retry.delay(min(waits, 8))
+                    what = "a dependency is unreachable"
+                else:
+                    attempt += 1
+                    if is_permanent(e) or attempt >= self.retry.attempts:
+                        return await self._dead(
+                            body, env.id, describe(e), attempts=attempt, env=env
+                        )
+                    delay = self.retry.delay(attempt)
+                    what = f"attempt {attempt} failed"
+                log.warning("event %s: %s (%s); retry in %.2fs", env.id, what, describe(e), delay)
                 await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
 
     async def _ensure(self) -> None:
         if self._ready:
@@ -155,40 +226,112 @@ class EventWorker(ABC):
             raise EventError(
                 "payload is claim-checked but no claim-check store is configured", env.id
             )
+        if env.payload_ref.size > self.max_claim_bytes:
+            raise EventError(
+                f"claim-checked payload is {env.payload_ref.size} bytes, over the "
+                f"{self.max_claim_bytes} of TULIP_MAX_CLAIM_BYTES",
+                env.id,
+            )
         raw = await asyncio.to_thread(self.claims.get, env.payload_ref)
-        try:
-            return check_payload(env, json.loads(raw))
-        except ValueError as e:
-            raise EventError(f"claim-checked payload is not valid JSON: {e}", env.id) from e
+        return decode_payload(env, raw)
 
     async def _dead(
-        self, body: str, event_id: str, reason: str, *, attempts: int, env: Envelope | None = None
-    ) -> None:
-        tenant = tenant_of_event(env)
-        log.error("event %s is a dead letter: %s", event_id, reason)
-        letter = DeadLetter(
-            event_id=event_id,
-            tenant=tenant,
+        self,
+        body: object,
+        event_id: str,
+        reason: str,
+        *,
+        attempts: int,
+        env: Envelope | None = None,
+    ) -> Outcome:
+        """File the dead letter and its ledger row, in one transaction. A database
+        that is away is waited for; a full letter that cannot be stored (whatever
+        its content) is replaced by a minimal one."""
+        reason = safe_text(reason, MAX_REASON_CHARS)
+        log.error("event %s is a dead letter: %s", safe_text(event_id, 200), reason)
+        letter = DeadLetter.of(
+            event_id=safe_text(event_id, 200),
+            tenant=tenant_of_letter(env),
             type=env.type if env else None,
-            key=env.key if env else None,
+            key=safe_text(env.key) if env else None,
             seq=env.seq if env else None,
             reason=reason,
             body=body,
             attempts=attempts,
             failed_at=datetime.now(UTC),
-            replayed_at=None,
         )
-        async with self.store.transaction(tenant) as tx:
-            await self.dead_letters.put(tx.conn, letter)
-            await self.ledger.record_dead(
-                tx.conn,
-                event_id=event_id,
-                type=letter.type or "unknown",
-                key=letter.key or "",
-                seq=letter.seq,
-                reason=reason,
-                attempts=attempts,
+        try:
+            await self._file(letter)
+        except Exception as e:
+            if is_unreachable(e):
+                raise
+            log.error(
+                "dead letter of %s not stored (%s); storing a minimal one", event_id, describe(e)
             )
+            letter = minimal(letter, describe(e))
+            await self._file(letter)
+        return Outcome(DEAD, letter.event_id, env.key if env else None, attempts, letter.reason)
+
+    async def _file(self, letter: DeadLetter) -> None:
+        waits = 0
+        while True:
+            try:
+                async with self.store.transaction(letter.tenant) as tx:
+                    await self.dead_letters.put(tx.conn, letter)
+                    await self.ledger.record_dead(
+                        tx.conn,
+                        event_id=letter.event_id,
+                        type=letter.type or "unknown",
+                        key=letter.key or "",
+                        seq=letter.seq,
+                        reason=letter.reason,
+                        attempts=letter.attempts,
+                    )
+                return
+            except Exception as e:
+                if not is_unreachable(e):
+                    raise
+                waits += 1
+                delay = self.retry.delay(min(waits, 8))
+                log.error(
+                    "cannot file the dead letter of %s (%s); retry in %.1fs",
+                    letter.event_id,
+                    describe(e),
+                    delay,
+                )
+                await asyncio.sleep(delay)
+
+    async def _last_resort(
+        self,
+        body: object,
+        task_id: str | None,
+        queue: str | None,
+        error: Exception,
+        failures: int,
+    ) -> Outcome | None:
+        """A minimal dead letter for an event that cannot even be handled; ``None``
+        if the database refuses that too (then nothing event-specific is wrong)."""
+        letter = DeadLetter.of(
+            event_id=safe_text(task_id or "unknown", 200),
+            tenant=UNKNOWN_TENANT,
+            type=None,
+            key=None,
+            seq=None,
+            reason=f"could not be handled {failures} times: {describe(error)}",
+            body=body,
+            attempts=failures,
+            failed_at=datetime.now(UTC),
+        )
+        letter = minimal(letter)
+        started = time.perf_counter()
+        try:
+            await self._file(letter)
+        except Exception as e:
+            log.error("cannot file a minimal dead letter of %s (%s)", task_id, describe(e))
+            return None
+        result = Outcome(DEAD, letter.event_id, None, failures, letter.reason)
+        self._log(result, queue, started)
+        return result
 
     @abstractmethod
     async def _apply(self, env: Envelope, attempt: int) -> str:

@@ -12,6 +12,12 @@ moves those messages back to the head of their queues, oldest first, atomically
 (``lua/restore_unacked.lua``), before the worker consumes anything; :func:`install`
 wires that into Celery's worker start-up (``celeryd_after_setup``, which
 ``Worker.on_start`` sends before the blueprint starts the consumer).
+
+A message that kills every worker that runs it (OOM, a segfault in a native library)
+would come back this way forever. So the same atomic step counts, per task id, how
+many workers died holding the message (``tulip:deaths:<task id>``, kept a week), and
+:func:`deaths` reads that count when a redelivered message arrives: past
+``TULIP_MAX_WORKER_DEATHS`` the task dead-letters it instead of running it.
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
-from tulip_wire.topology import ORDERED_QUEUE_PREFIXES
+from tulip_wire.topology import DEATHS_PREFIX, ORDERED_QUEUE_PREFIXES
 
 _EXIT_FAILURE = 1
+#: How long a message's death count is kept (longer than any backlog lasts).
+DEATHS_TTL = 7 * 24 * 3600
 #: What redis-py returns for a key or value: bytes (kombu never decodes responses).
 _Raw = bytes | str
 
@@ -47,6 +55,7 @@ class _Move:
     entry: _Raw  # the hash value as read: the script moves it only if unchanged
     queue_key: str
     payload: str
+    counter: str  # the death counter of the message's task id
 
 
 def restore_unacked(connection_or_channel: Any, queues: Iterable[str]) -> int:
@@ -71,9 +80,42 @@ def restore_unacked(connection_or_channel: Any, queues: Iterable[str]) -> int:
     if not moves:
         return 0
     script = client.register_script(_lua("restore_unacked.lua"))
-    keys = [hash_key, index_key, *(move.queue_key for move in moves)]
+    keys = [hash_key, index_key, *(m.queue_key for m in moves), *(m.counter for m in moves)]
     args = [value for move in moves for value in (move.tag, move.entry, move.payload)]
-    return int(script(keys=keys, args=args))
+    return int(script(keys=keys, args=[*args, DEATHS_TTL]))
+
+
+def deaths(app: Celery, task_id: str) -> int:
+    """How many shard workers died holding the message of ``task_id`` (Redis only;
+    0 on other brokers, and for messages never restored)."""
+    with app.connection_for_write() as connection:
+        if connection.transport.driver_type != "redis":
+            return 0
+        channel = _redis_channel(connection)
+        client = redis.Redis(connection_pool=channel.pool)
+        return int(client.get(_counter(channel, task_id)) or 0)
+
+
+def forget_deaths(app: Celery, task_id: str) -> None:
+    """Drop the death count of a message that has now been handled."""
+    with app.connection_for_write() as connection:
+        if connection.transport.driver_type != "redis":
+            return
+        channel = _redis_channel(connection)
+        redis.Redis(connection_pool=channel.pool).delete(_counter(channel, task_id))
+
+
+def _counter(channel: Any, task_id: str) -> str:
+    return f"{channel.global_keyprefix}{DEATHS_PREFIX}{task_id}"
+
+
+def _task_id(payload: dict[str, Any], tag: _Raw) -> str:
+    """The Celery task id of a message (protocol 2 header, else the AMQP correlation
+    id), else its delivery tag."""
+    task_id = payload.get("headers", {}).get("id") or payload.get("properties", {}).get(
+        "correlation_id"
+    )
+    return str(task_id) if task_id else f"tag:{bytes_to_str(tag)}"
 
 
 def ordered_queues(names: Iterable[str]) -> list[str]:
@@ -143,9 +185,11 @@ def _plan(channel: Any, entries: list[tuple[_Raw, _Raw]], wanted: frozenset[str]
         route = (exchange, routing_key)
         if route not in routes:
             routes[route] = _own_queues(channel, exchange, routing_key, wanted)
+        counter = _counter(channel, _task_id(payload, tag))
         redelivered = _mark_redelivered(payload)
         moves += [
-            _Move(tag, entry, _queue_key(channel, q, payload), redelivered) for q in routes[route]
+            _Move(tag, entry, _queue_key(channel, q, payload), redelivered, counter)
+            for q in routes[route]
         ]
     return moves
 

@@ -20,6 +20,7 @@ from tulip_memory.reindex import Reindexer
 from tulip_memory.summarize import summary_model_from_env
 from tulip_wire.endpoints import redis_client
 from tulip_wire.env import positive_int, redis_url
+from tulip_wire.events import DEFAULT_MAX_CLAIM_BYTES, DEFAULT_MAX_EVENT_BYTES
 from tulip_wire.pending import PendingStates, pending_states
 from tulip_wire.redact import redact_url
 from tulip_wire.topology import SUMMARIZE_QUEUE, SUMMARIZE_TASK
@@ -51,8 +52,8 @@ class WorkerRuntime:
                     store=store_from_env(),
                     extractor=_extractor_from_env(),
                     claims=_claims_from_env(),
-                    retry=RetryPolicy(attempts=positive_int("TULIP_EXTRACT_ATTEMPTS", 4)),
                     max_memories=positive_int("TULIP_MAX_MEMORIES", 50),
+                    **_event_limits(),
                 )
             return self._extraction
 
@@ -64,9 +65,9 @@ class WorkerRuntime:
                     checkpointer=checkpointer_from_env(),
                     pending=_pending_from_env(),
                     claims=_claims_from_env(),
-                    retry=RetryPolicy(attempts=positive_int("TULIP_EXTRACT_ATTEMPTS", 4)),
                     scheduler=_scheduler_from_env(),
                     summarize_over_tokens=positive_int("TULIP_SUMMARIZE_OVER_TOKENS", 6000),
+                    **_event_limits(),
                 )
             return self._checkpoints
 
@@ -92,6 +93,15 @@ class WorkerRuntime:
                 owner = os.environ.get("TULIP_DATABASE_ADMIN_URL") or None
                 self._reindexer = Reindexer(store_from_env(), admin_dsn=owner)
             return self._reindexer
+
+
+def _event_limits() -> dict[str, Any]:
+    """What every ordered event worker is bounded by: attempts, body and claim sizes."""
+    return {
+        "retry": RetryPolicy(attempts=positive_int("TULIP_EXTRACT_ATTEMPTS", 4)),
+        "max_body_bytes": positive_int("TULIP_MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),
+        "max_claim_bytes": positive_int("TULIP_MAX_CLAIM_BYTES", DEFAULT_MAX_CLAIM_BYTES),
+    }
 
 
 def _llm_slot() -> SlotFactory:

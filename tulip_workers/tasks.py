@@ -1,32 +1,84 @@
-"""Celery task bodies: decode nothing, decide nothing; call the services."""
+"""Celery task bodies: decode nothing, decide nothing; call the services.
+
+An ordered task whose event became a dead letter raises :class:`DeadLettered` after
+the letter and its ledger row are committed: Celery acks the message and records the
+task as FAILURE with the reason as its exception, so Flower's Failed view (and its
+task page) shows every dead letter, in the same state the ledger holds.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from celery.signals import worker_process_init
 
+from tulip_wire.env import positive_int
 from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED, TASKS
 from tulip_wire.topology import REINDEX_TASK, SUMMARIZE_TASK
 from tulip_workers.app import app
+from tulip_workers.event_worker import DEAD, EventWorker
+from tulip_workers.redelivery import deaths, forget_deaths
 from tulip_workers.reindexing import REINDEX_RETRIES
-from tulip_workers.runtime import reset_after_fork, runtime
+from tulip_workers.runtime import WorkerRuntime, reset_after_fork, runtime
+
+log = logging.getLogger(__name__)
+#: A message whose workers died this many times is dead-lettered, not run again.
+DEFAULT_MAX_WORKER_DEATHS = 3
 
 
-@app.task(name=TASKS[SESSION_ENDED], bind=True)  # type: ignore[untyped-decorator]
-def extract(self: Any, body: str) -> str:
+class DeadLettered(Exception):
+    """The event is a dead letter (committed, with this reason)."""
+
+
+@app.task(name=TASKS[SESSION_ENDED], bind=True, throws=(DeadLettered,))  # type: ignore[untyped-decorator]
+def extract(self: Any, *args: Any, **kwargs: Any) -> str:
     """Apply one ``session.ended`` event (ordered shard queue, solo worker)."""
-    rt = runtime()
-    queue = (self.request.delivery_info or {}).get("routing_key")
-    return rt.run(rt.extraction().handle_durably(body, self.request.id, queue))
+    return _ordered(self, WorkerRuntime.extraction, args, kwargs)
 
 
-@app.task(name=TASKS[CHECKPOINT_SAVED], bind=True)  # type: ignore[untyped-decorator]
-def checkpoint(self: Any, body: str) -> str:
+@app.task(name=TASKS[CHECKPOINT_SAVED], bind=True, throws=(DeadLettered,))  # type: ignore[untyped-decorator]
+def checkpoint(self: Any, *args: Any, **kwargs: Any) -> str:
     """Write one thread checkpoint (ordered shard queue, solo worker)."""
+    return _ordered(self, WorkerRuntime.checkpoints, args, kwargs)
+
+
+def _ordered(
+    task: Any,
+    worker: Callable[[WorkerRuntime], EventWorker],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> str:
+    """One event through its worker. The body is the one argument a producer sends;
+    a message of any other shape is kept whole, to be dead-lettered as it came."""
     rt = runtime()
-    queue = (self.request.delivery_info or {}).get("routing_key")
-    return rt.run(rt.checkpoints().handle_durably(body, self.request.id, queue))
+    request = task.request
+    info = request.delivery_info or {}
+    body: object = args[0] if len(args) == 1 and not kwargs else {"args": args, "kwargs": kwargs}
+    redelivered = bool(info.get("redelivered")) and request.id is not None
+    killed = _killed_verdict(request.id) if redelivered else None
+    coro = worker(rt).handle_durably(body, request.id, info.get("routing_key"), killed=killed)
+    outcome = rt.run(coro)
+    if redelivered:
+        try:
+            forget_deaths(app, request.id)
+        except Exception:  # the count outlives the message by a week at most
+            log.warning("could not drop the death count of %s", request.id, exc_info=True)
+    if outcome.outcome == DEAD:
+        raise DeadLettered(outcome.reason or "dead letter")
+    return outcome.outcome
+
+
+def _killed_verdict(task_id: str) -> str | None:
+    """The dead-letter reason of a message that killed too many workers, else ``None``."""
+    limit = positive_int("TULIP_MAX_WORKER_DEATHS", DEFAULT_MAX_WORKER_DEATHS)
+    try:
+        died = deaths(app, task_id)
+    except Exception:  # the broker just went away: run it; the next restore counts on
+        log.warning("could not read the death count of %s", task_id, exc_info=True)
+        return None
+    return f"killed its worker {died} times" if died >= limit else None
 
 
 @app.task(name=SUMMARIZE_TASK)  # type: ignore[untyped-decorator]

@@ -107,7 +107,9 @@ def test_seq_strictly_increases_per_key_in_queue_order_with_8_threads(
         (("ok", 7), "t", [], None, TypeError, r"namespace\[1\] must be a str"),
         ("tenant", "t", [], None, TypeError, "namespace must be a tuple of strings"),
         (("a\x1fb",), "t", [], None, ValueError, "namespace separator"),
-        (("ok",), "", [], None, EventError, "thread_id must be a non-empty string"),
+        (("ok",), "", [], None, EventError, r"thread_id must be a string of 1\.\.512"),
+        (("ok",), "t" * 513, [], None, EventError, r"thread_id must be a string of 1\.\.512"),
+        (("ok",), "t\x00", [], None, EventError, "thread_id contains a NUL"),
         (("ok",), "t", "hello", None, TypeError, "messages must be a list of messages, got str"),
         (("ok",), "t", ["hello"], None, TypeError, r"messages\[0\] must be a Message or a dict"),
         (

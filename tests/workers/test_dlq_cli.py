@@ -16,6 +16,7 @@ from tests.producer.queues import take_all, with_db
 from tests.support.pg import app_store
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
+from tulip_memory.extract import ExtractionError
 from tulip_memory.manager import Memory
 from tulip_memory.messages import Message, Role
 from tulip_memory.state import AgentState
@@ -32,8 +33,8 @@ TABLE = f"dlq_{uuid.uuid4().hex[:8]}"
 DB = 13  # a Redis database of this module's own
 
 
-async def model_down(messages: Sequence[Message], existing: Sequence[Memory]) -> list[Memory]:
-    raise ConnectionError("model endpoint refused the connection")
+async def model_garbage(messages: Sequence[Message], existing: Sequence[Memory]) -> list[Memory]:
+    raise ExtractionError("the model answered no JSON", attempts=1)
 
 
 @pytest.fixture
@@ -61,7 +62,7 @@ async def test_list_show_and_replay_dead_letters(
     msgs = [Message(role=Role.USER, content="My favourite colour is green.")]
     env = session_ended(ns, "t", msgs, ts=time.time()).with_seq(7)
     failing = ExtractionWorker(
-        store=store, extractor=model_down, retry=RetryPolicy(attempts=2, base=0.01, cap=0.02)
+        store=store, extractor=model_garbage, retry=RetryPolicy(attempts=2, base=0.01, cap=0.02)
     )
     assert await failing.handle(encode(env)) == DEAD
     malformed_id = uuid.uuid4().hex
@@ -77,7 +78,7 @@ async def test_list_show_and_replay_dead_letters(
     }
     listed = cli(settings, "list", "--limit", "500")
     assert listed.returncode == 0, listed.stderr
-    assert env.id in listed.stdout and "ConnectionError" in listed.stdout
+    assert env.id in listed.stdout and "ExtractionError" in listed.stdout
     assert malformed_id in listed.stdout
     shown = cli(settings, "show", env.id)
     assert shown.returncode == 0 and encode(env) in shown.stdout

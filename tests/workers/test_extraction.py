@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import asyncpg
 import numpy as np
@@ -16,6 +17,7 @@ from tests.support.pg import app_store
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.extract import LLMExtractorConfig
+from tulip_memory.manager import Memory
 from tulip_memory.messages import Message, Role
 from tulip_memory.store import PgMemory
 from tulip_producer.reader import AsyncReader
@@ -97,7 +99,94 @@ async def test_malformed_events_become_dead_letters(
         row = await conn.fetchrow("SELECT * FROM tulip_dead_letters WHERE event_id = $1", event_id)
     finally:
         await conn.close()
-    assert row is not None and row["body"] == body and reason in row["reason"]
+    assert row is not None and bytes(row["raw"]) == body.encode() and reason in row["reason"]
+
+
+POISON = {
+    "a raw NUL byte in the JSON text": '{"v": 1, "id": "x\x00"}',
+    "a JSON int instead of a string": 123,
+    "JSON nested 100,000 levels deep": "[" * 100_000 + "]" * 100_000,
+    "a lone surrogate in a valid event's text": None,  # built per test: needs a namespace
+    "an escaped NUL in a valid event's text": None,
+    "a body of another shape": {"args": [1, 2], "kwargs": {}},
+}
+
+
+def poison_body(kind: str, ns: tuple[str, ...]) -> object:
+    if kind == "a lone surrogate in a valid event's text":
+        return encode(event(ns, "My favourite colour is \ud83d."))
+    if kind == "an escaped NUL in a valid event's text":
+        return encode(event(ns, "My favourite colour is \x00."))
+    return POISON[kind]
+
+
+@pytest.mark.parametrize("kind", list(POISON))
+async def test_poison_is_a_dead_letter_with_its_bytes_and_the_shard_moves_on(
+    store: PgMemory, reader: AsyncReader, postgres: Postgres, tenant: str, kind: str
+) -> None:
+    worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
+    ns = (tenant, "users", "p1")
+    body = poison_body(kind, ns)
+    task_id = uuid.uuid4().hex
+    outcome = await worker.handle_durably(body, task_id)
+    assert outcome.outcome == DEAD and outcome.reason
+    assert (await reader.status(task_id)).state == "dead"
+    conn = await asyncpg.connect(postgres.admin_dsn)
+    try:
+        row = await conn.fetchrow("SELECT * FROM tulip_dead_letters WHERE event_id = $1", task_id)
+    finally:
+        await conn.close()
+    assert row is not None and row["raw"] is not None and row["size"] == len(row["raw"])
+    if isinstance(body, str):
+        assert bytes(row["raw"]) == body.encode("utf-8", "surrogatepass")
+    later = event(ns, "My pet name is Rex.", seq=2)
+    assert await worker.handle(encode(later), later.id) == APPLIED
+
+
+async def test_a_full_letter_that_cannot_be_stored_becomes_a_minimal_one(
+    store: PgMemory, reader: AsyncReader, postgres: Postgres, tenant: str
+) -> None:
+    worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
+    await worker.handle("warm-up", uuid.uuid4().hex)  # the dead-letter table exists
+    marker = f"refused-{uuid.uuid4().hex[:12]}"
+    body = f'{{"v": 1, "id": "{marker}"}}'
+    admin = await asyncpg.connect(postgres.admin_dsn)
+    check = f"refuse_{marker.replace('-', '_')}"
+    # A real database refusal of the full letter (its body), as a content error would be.
+    await admin.execute(
+        f"ALTER TABLE tulip_dead_letters ADD CONSTRAINT {check} "
+        f"CHECK (raw IS NULL OR position('{marker}'::bytea in raw) = 0)"
+    )
+    try:
+        task_id = uuid.uuid4().hex
+        outcome = await worker.handle_durably(body, task_id)
+        row = await admin.fetchrow("SELECT * FROM tulip_dead_letters WHERE event_id = $1", task_id)
+    finally:
+        await admin.execute(f"ALTER TABLE tulip_dead_letters DROP CONSTRAINT {check}")
+        await admin.close()
+    assert outcome.outcome == DEAD and "minimal letter" in (outcome.reason or "")
+    assert row is not None and row["raw"] is None and row["tenant"] == "_unknown"
+    assert row["sha256"] == hashlib.sha256(body.encode()).hexdigest()
+    assert row["size"] == len(body.encode()) and "field 'type'" in row["reason"]
+    assert (await reader.status(task_id)).state == "dead"
+
+
+async def test_an_unreachable_model_is_waited_for_without_using_attempts(
+    store: PgMemory, reader: AsyncReader, tenant: str
+) -> None:
+    calls = 0
+
+    async def flaky(messages: Sequence[Message], existing: Sequence[Memory]) -> list[Memory]:
+        nonlocal calls
+        calls += 1
+        if calls <= 5:  # more failures than attempts: each one a refused connection
+            raise ConnectionRefusedError(111, "Connection refused")
+        return await heuristic(messages, existing)
+
+    worker = ExtractionWorker(store=store, extractor=flaky, retry=FAST)
+    env = event((tenant, "users", "p2"), "My favourite colour is teal.")
+    assert await worker.handle(encode(env), env.id) == APPLIED
+    assert calls == 6 and (await reader.status(env.id)).state == "applied"
 
 
 async def test_model_rate_limits_are_retried_in_place(

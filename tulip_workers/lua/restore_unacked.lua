@@ -1,18 +1,22 @@
--- Move unacknowledged messages of a dead consumer back to the head of their queues.
+-- Move unacknowledged messages of a dead consumer back to the head of their queues,
+-- and count, per message, how many consumers died holding it.
 --
 -- kombu's Redis transport publishes with LPUSH and consumes with BRPOP/RPOP, so the
 -- head (the end consumed next) is the RIGHT end of the list: RPUSH puts a message
 -- there. Moves arrive oldest first and must be consumed oldest first, so they are
 -- pushed newest first.
 --
--- KEYS[1]    kombu's unacked hash   (tag -> JSON [payload, exchange, routing_key])
--- KEYS[2]    kombu's unacked index  (sorted set: tag -> delivery time)
--- KEYS[2+i]  the list that move i pushes to
--- ARGV       three values per move i: tag, the hash entry exactly as read (a guard:
---            if kombu acked or restored it meanwhile, the move is skipped), payload
+-- KEYS[1]          kombu's unacked hash   (tag -> JSON [payload, exchange, routing_key])
+-- KEYS[2]          kombu's unacked index  (sorted set: tag -> delivery time)
+-- KEYS[2+i]        the list that move i pushes to            (i = 1..n)
+-- KEYS[2+n+i]      the death counter of move i's message (by task id)
+-- ARGV             three values per move i: tag, the hash entry exactly as read (a guard:
+--                  if kombu acked or restored it meanwhile, the move is skipped), payload;
+--                  then the counters' time to live in seconds
 --
 -- Returns how many messages (distinct tags) were moved.
-local moves = #KEYS - 2
+local moves = (#KEYS - 2) / 2
+local ttl = ARGV[3 * moves + 1]
 local live = {}
 for i = 1, moves do
   local tag = ARGV[3 * i - 2]
@@ -24,6 +28,16 @@ end
 for i = moves, 1, -1 do
   if live[ARGV[3 * i - 2]] then
     redis.call('RPUSH', KEYS[2 + i], ARGV[3 * i])
+  end
+end
+
+local counted = {}
+for i = 1, moves do
+  local tag = ARGV[3 * i - 2]
+  if live[tag] and not counted[tag] then
+    counted[tag] = true
+    redis.call('INCR', KEYS[2 + moves + i])
+    redis.call('EXPIRE', KEYS[2 + moves + i], ttl)
   end
 end
 

@@ -1,0 +1,163 @@
+"""No message stops a shard, and no outage makes a dead letter (real workers).
+
+Poison bodies go straight onto a shard queue, as any client of the broker can send
+them; normal events follow on the same shard. Flower runs beside the worker, so the
+dead letters are read back from its ``/api/tasks``, where operators look.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from tests.pipeline.conftest import Pipeline
+from tests.pipeline.test_faults import ColourModel, model_env, session, shard_of
+from tests.support.openai_server import FakeOpenAI
+from tests.support.workers import worker_env
+from tulip_ops.dev.embedded import EmbeddedRedis
+from tulip_ops.dev.flower import Flower
+from tulip_wire import celeryconfig
+from tulip_wire.events import SESSION_ENDED, TASKS, session_ended
+from tulip_wire.routing import ShardRouter
+
+
+def sender(broker_url: str) -> Celery:
+    """A broker client of no producer's: it sends whatever body it is given."""
+    app = Celery("tulip_poison_sender")
+    app.config_from_object("tulip_wire.celeryconfig")
+    app.conf.broker_url = celeryconfig.kombu_url(broker_url)
+    return app
+
+
+def poison_bodies(ns: tuple[str, ...]) -> dict[str, Any]:
+    lone = session_ended(ns, "t", session(0, "grey"), ts=time.time()).with_seq(1)
+    text = json.dumps(lone.to_dict()).replace("grey", "\\ud83d")  # an escaped lone surrogate
+    return {
+        "raw NUL byte": '{"v": 1, "id": "' + "a" * 31 + '\x00", "type": "session.ended"}',
+        "int body": 123,
+        "nested 100,000 deep": "[" * 100_000 + "]" * 100_000,
+        "lone surrogate": text,
+    }
+
+
+@pytest.fixture
+def flower(pipeline: Pipeline, tmp_path: Path) -> Iterator[Flower]:
+    env = worker_env(**pipeline.env())
+    server = Flower(env, tmp_path / "flower.log").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def flower_tasks(flower: Flower) -> dict[str, Any]:
+    request = urllib.request.Request(f"{flower.url}/api/tasks")
+    token = base64.b64encode(f"{flower.user}:{flower.password}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        tasks: dict[str, Any] = json.load(response)
+    return tasks
+
+
+def wait_for(what: str, check: Any, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"{what} within {timeout}s")
+
+
+def test_poison_bodies_are_dead_letters_failed_in_flower_and_the_shard_goes_on(
+    pipeline: Pipeline, flower: Flower
+) -> None:
+    ns = ("acme", "users", "after-poison")
+    k = shard_of(ns)
+    queue = ShardRouter("memory.extract", 2).queues()[k]
+    pipeline.start_shard(k)
+    app = sender(pipeline.broker_url)
+    poison = {kind: uuid.uuid4().hex for kind in poison_bodies(ns)}
+    try:
+        for kind, body in poison_bodies(ns).items():
+            app.send_task(
+                TASKS[SESSION_ENDED],
+                args=[body],
+                queue=queue,
+                routing_key=queue,
+                task_id=poison[kind],
+            )
+    finally:
+        app.close()
+    colours = ["red", "green", "blue", "amber"]
+    with pipeline.producer() as producer:
+        ids = [producer.session_ended(ns, "t", session(i, c)) for i, c in enumerate(colours)]
+        assert producer.flush(timeout=30)
+    with pipeline.reader() as reader:
+        pipeline.wait_applied(reader, [*poison.values(), *ids], timeout=60)
+        for kind, task_id in poison.items():
+            status = reader.status(task_id)
+            assert status.state == "dead" and status.reason, (kind, status)
+        assert [reader.status(e).state for e in ids] == ["applied"] * 4
+        found = {m.key: m.content for m in reader.recall(ns, None)}
+    assert "amber" in found["favourite-colour"]  # the last one, applied after the others
+
+    def failed() -> dict[str, Any] | None:
+        tasks = flower_tasks(flower)
+        done = {t: tasks[t] for t in poison.values() if tasks.get(t, {}).get("state") == "FAILURE"}
+        return done if len(done) == len(poison) else None
+
+    shown = wait_for("every poison task FAILURE in Flower", failed, timeout=30)
+    assert all("DeadLettered" in (task["exception"] or "") for task in shown.values())
+    assert all(flower_tasks(flower)[e]["state"] == "SUCCESS" for e in ids)
+
+
+def test_a_redis_restart_mid_stream_dead_letters_nothing_and_keeps_order(
+    pipeline: Pipeline, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Every extraction takes a slot of the LLM semaphore in Redis: with Redis away,
+    the shard waits in place instead of using up the events' attempts."""
+    fake_openai.default_chat = ColourModel(delay=0.05)
+    own = EmbeddedRedis(tmp_path / "broker").start()
+    pipeline.broker_url = own.url
+    namespaces = [("restart", "users", f"u{i}") for i in range(6)]
+    try:
+        pipeline.start_shards(**model_env(fake_openai))
+        with pipeline.producer() as producer:
+            ids: list[str] = []
+
+            def publish(rounds: range) -> None:
+                for r in rounds:
+                    for ns in namespaces:
+                        ids.append(producer.session_ended(ns, "t", session(r, f"c{r:03d}")))
+
+            publish(range(0, 10))
+            # Wait until the workers are in the middle of the stream, then take Redis away.
+            with pipeline.reader() as reader:
+                wait_for("some events applied", lambda: reader.status(ids[6]).state != "pending")
+            own.stop()
+            publisher = threading.Thread(target=publish, args=(range(10, 20),))
+            publisher.start()
+            time.sleep(8)  # longer than the attempts' backoff (the fault, not an assertion)
+            own.start()
+            publisher.join(60)
+            assert producer.flush(timeout=60)
+        with pipeline.reader() as reader:
+            pipeline.wait_applied(reader, ids, timeout=180)
+            states = [reader.status(e) for e in ids]
+        assert [s.reason for s in states if s.state != "applied"] == []
+        for ns in namespaces:
+            with pipeline.reader() as reader:
+                found = {m.key: m.content for m in reader.recall(ns, None)}
+            assert "c019" in found["favourite-colour"]
+    finally:
+        own.stop()
