@@ -26,7 +26,7 @@ from tests.support.openai_server import FakeOpenAI
 from tests.support.workers import worker_env
 from tulip_ops.dev.embedded import EmbeddedRedis
 from tulip_ops.dev.flower import Flower
-from tulip_wire import celeryconfig
+from tulip_wire.endpoints import kombu_url
 from tulip_wire.events import SESSION_ENDED, TASKS, session_ended
 from tulip_wire.routing import ShardRouter
 
@@ -35,7 +35,7 @@ def sender(broker_url: str) -> Celery:
     """A broker client of no producer's: it sends whatever body it is given."""
     app = Celery("tulip_poison_sender")
     app.config_from_object("tulip_wire.celeryconfig")
-    app.conf.broker_url = celeryconfig.kombu_url(broker_url)
+    app.conf.broker_url = kombu_url(broker_url)
     return app
 
 
