@@ -53,8 +53,22 @@ _MIGRATIONS: list[Step] = [
                 WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
         ],
     ),
+]
+
+_MIGRATIONS.append(
     (
         2,
+        "owned by the owner role; workers write, the operators read and replay",
+        [
+            f"GRANT SELECT, INSERT, UPDATE ON {TABLE} TO tulip_dml",
+            f"GRANT SELECT ON {TABLE}_migrations TO tulip_dml, tulip_ops",
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON {TABLE} TO tulip_ops",
+        ],
+    )
+)
+_MIGRATIONS.append(
+    (
+        3,
         "dead letter bodies as bytes, with digest and size",
         [
             f"ALTER TABLE {TABLE} ADD COLUMN raw bytea",
@@ -66,18 +80,6 @@ _MIGRATIONS: list[Step] = [
             f"ALTER TABLE {TABLE} DROP COLUMN body",
             f"ALTER TABLE {TABLE} ALTER COLUMN sha256 SET NOT NULL",
             f"ALTER TABLE {TABLE} ALTER COLUMN size SET NOT NULL",
-        ],
-    ),
-]
-
-_MIGRATIONS.append(
-    (
-        2,
-        "owned by the owner role; workers write, the operators read and replay",
-        [
-            f"GRANT SELECT, INSERT, UPDATE ON {TABLE} TO tulip_dml",
-            f"GRANT SELECT ON {TABLE}_migrations TO tulip_dml, tulip_ops",
-            f"GRANT SELECT, INSERT, UPDATE, DELETE ON {TABLE} TO tulip_ops",
         ],
     )
 )
