@@ -346,6 +346,7 @@ class Producer:
         self._gate = _Gate()
         self._close_lock = threading.Lock()
         self._degraded = False
+        self._left_spooled: int | None = None
         self._flusher = _Flusher(self._drain)
 
     @classmethod
@@ -359,7 +360,10 @@ class Producer:
 
     @property
     def spooled(self) -> int:
-        """How many events wait in the spool for the broker."""
+        """How many events wait in the spool for the broker; after :meth:`close`, how
+        many it left there for the next producer on the directory."""
+        if self._left_spooled is not None:
+            return self._left_spooled
         return len(self._spool)
 
     def session_ended(
@@ -444,8 +448,8 @@ class Producer:
     def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
         """Stop the flusher, try one last bounded flush, release connections. Idempotent.
 
-        Events still spooled stay on disk; the next producer on this spool directory
-        delivers them.
+        Events still spooled stay on disk (a warning says how many; :attr:`spooled`
+        still answers); the next producer on this spool directory delivers them.
         """
         with self._close_lock:
             if self._gate.closed:
@@ -455,6 +459,15 @@ class Producer:
             self._flusher.stop(_left(deadline) or 0.0)
             self._drain(deadline)
             self._publisher.close()
+            left = len(self._spool)
+            if left:
+                log.warning(
+                    "closing with %d event(s) still spooled in %s (the broker did not take "
+                    "them in time); the next producer on this spool directory delivers them",
+                    left,
+                    self.settings.spool_dir,
+                )
+            self._left_spooled = left
             self._spool.close()
 
     def __enter__(self) -> Self:

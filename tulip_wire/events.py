@@ -35,6 +35,7 @@ from tulip_memory.state import AgentState
 from tulip_memory.store.validation import NS_SEP, validate_namespace
 from tulip_memory.times import TIME_FIELD, stated_time
 from tulip_wire import topology
+from tulip_wire.jsonpath import non_json_value
 
 SCHEMA_VERSION = 1
 SESSION_ENDED = "session.ended"
@@ -162,7 +163,8 @@ def checkpoint_saved(
     try:
         exact = json.loads(json.dumps(payload["state"], allow_nan=False)) == payload["state"]
     except (TypeError, ValueError) as e:
-        raise EventError(f"state is not JSON-serializable: {e}", env.id) from e
+        where = non_json_value(payload["state"], "state")
+        raise EventError(f"state is not JSON-serializable: {where or e}", env.id) from e
     if not exact:
         raise EventError(
             "state does not survive JSON exactly (non-string keys, tuples or sets?): "
@@ -178,7 +180,9 @@ def encode(env: Envelope) -> str:
     try:
         return json.dumps(env.to_dict(), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
-        raise EventError(f"not JSON-serializable: {e}", env.id) from e
+        where = non_json_value(env.payload)
+        hint = " (times: an ISO 8601 string or epoch seconds)" if "datetime" in str(where) else ""
+        raise EventError(f"not JSON-serializable: {where or e}{hint}", env.id) from e
 
 
 def decode(text: object, *, max_bytes: int | None = None) -> Envelope:

@@ -78,7 +78,7 @@ ids = [
     for i in range(30)
 ]
 producer.close(timeout=1)
-print(json.dumps(ids))
+print(json.dumps({"ids": ids, "left": producer.spooled}))
 """
 
 
@@ -97,7 +97,10 @@ def test_a_new_process_on_the_spool_delivers_what_the_last_one_spooled(
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    ids = json.loads(done.stdout.splitlines()[-1])
+    closed = json.loads(done.stdout.splitlines()[-1])
+    ids = closed["ids"]
+    assert closed["left"] == 30  # Producer.spooled after close()
+    assert "closing with 30 event(s) still spooled" in done.stderr
     spool = Spool(spool_dir)
     assert len(spool) == 30  # on disk after the process exited
     spool.close()

@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +122,30 @@ def test_seq_strictly_increases_per_key_in_queue_order_with_8_threads(
             r"messages\[0\] is not a message",
         ),
         (("ok",), "t", [{"role": "wizard"}], None, EventError, r"messages\[0\] is not a message"),
-        (("ok",), "t", [], {"when": object()}, EventError, "not JSON-serializable"),
-        (("ok",), "t", [], {"score": float("nan")}, EventError, "not JSON-serializable"),
+        (
+            ("ok",),
+            "t",
+            [],
+            {"when": object()},
+            EventError,
+            "metadata.when is a object, not",
+        ),
+        (("ok",), "t", [], {"score": float("nan")}, EventError, "metadata.score is nan"),
+        (
+            ("ok",),
+            "t",
+            [
+                *[{"role": "user", "content": "hi"}] * 3,
+                {
+                    "role": "user",
+                    "content": "x",
+                    "metadata": {"when": datetime(2026, 1, 1, tzinfo=UTC)},
+                },
+            ],
+            None,
+            EventError,
+            r"messages\[3\]\.metadata\.when is a datetime, not a JSON value \(times: an ISO",
+        ),
     ],
 )
 def test_bad_input_raises_and_nothing_is_published_or_spooled(
@@ -251,6 +274,7 @@ def test_closed_producer_refuses_calls_and_closing_is_idempotent(
         producer.session_ended((tenant,), "t", chat())
     with pytest.raises(ProducerClosed):
         producer.flush()
+    assert producer.spooled == 0  # still answers after close
     assert len(take_all(producer.settings)) == 1
 
 
