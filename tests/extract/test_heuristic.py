@@ -55,6 +55,14 @@ FACTS: list[tuple[str, list[tuple[str, str]]]] = [
     ),
     ("My sister's name is Ana.", [("sister-name", "Maya's sister's name is Ana.")]),
     (
+        "I need to renew my passport.",
+        [("plan-renew-my-passport", "Maya needs to renew their passport.")],
+    ),
+    (
+        "My partner's dad taught me to sail.",
+        [("fact-partners-dad-taught-sail", "Maya's partner's dad taught them to sail.")],
+    ),
+    (
         "I hate running but I love swimming.",
         [
             ("preference-running", "Maya hates running."),
@@ -191,7 +199,7 @@ def test_a_correction_has_the_key_of_the_fact_it_corrects(fact: str, correction:
     ("sentence", "kind", "key", "content"),
     [
         ("My name's Ana", "user", "name", "The user's name is Ana."),
-        ("Our deadline is Friday.", "project", "deadline", "Our deadline is Friday."),
+        ("Our deadline is Friday.", "project", "deadline", "The user's deadline is Friday."),
         ("Remember that the deploy URL is https://deploy.example", "reference", "deploy-url", None),
         ("Please remember: the staging db is pg-stage-1", "project", "staging-db", None),
         (

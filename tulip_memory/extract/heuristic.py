@@ -284,22 +284,21 @@ def _role(clause: str, said: Said) -> Memory | None:
 
 
 def _possessive(clause: str, said: Said) -> Memory | None:
+    """ "My X is Y" (and "my name's Y"): keyed by X. "Our X" is the user's and others':
+    a project fact."""
     match = re.match(
-        r"^(?P<owner>my|our)\s+(?P<subj>[^,;:]{1,60}?)(?:'s|\s+(?P<verb>is|are|was|were))\s+"
-        r"(?P<val>.+)$",
+        r"^(?P<owner>my|our)\s+(?P<subj>[^,;:]{1,60}?)(?:\s+(?P<verb>is|are|was|were)|"
+        r"(?<=name)'s)\s+(?P<val>.+)$",
         clause,
         _I,
     )
-    if match is None or re.search(r"\b(?:i|me|it|you)\b", match["subj"], _I):
+    if match is None or re.search(r"\b(?:i|me|it|you)\b|'s\b", match["subj"], _I):
         return None
     ours = match["owner"].lower() == "our"
     subject, verb = match["subj"].strip(), (match["verb"] or "is").lower()
-    owner = "Our" if ours else f"{said.subject}'s"
     kind = MemoryType.PROJECT if ours else MemoryType.USER
-    value = resolve(match["val"], said.when)
-    if not ours:
-        value = third_person(value, said.name, capitalize=False)
-    content = f"{owner} {subject} {verb} {value}."
+    value = third_person(resolve(match["val"], said.when), said.name, capitalize=False)
+    content = f"{said.subject}'s {subject} {verb} {value}."
     return _memory(kind, slug(subject), content, said, "fact")
 
 

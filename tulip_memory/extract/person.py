@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from tulip_memory.extract.words import ADVERBS, MODALS, PAST
+from tulip_memory.extract.words import ADVERBS, MODALS, PAST, PRESENT_ED
 
 _I = re.IGNORECASE
 FIRST_PERSON = re.compile(
@@ -107,7 +107,8 @@ def conjugate(verb: str) -> str:
     low = verb.lower()
     if low in _IRREGULAR_PRESENT:
         return _IRREGULAR_PRESENT[low]
-    if low in MODALS or low.endswith(("ed", "n't", "'d")) or "'" in low or _past(low):
+    past_ed = low.endswith("ed") and low not in PRESENT_ED
+    if low in MODALS or past_ed or low.endswith(("n't", "'d")) or "'" in low or _past(low):
         return verb
     if low.endswith(("s", "sh", "ch", "x", "z", "o")):
         return verb + "es"

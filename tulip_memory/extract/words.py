@@ -90,3 +90,10 @@ NOT_ROLES = wordset(
     big bit couple dad fan father few huge little lot mom mother
     """
 )
+
+#: Present-tense verbs that end in -ed like a past form ("I need" is "she needs").
+PRESENT_ED = wordset(
+    """
+    need feed seed speed bleed breed succeed proceed exceed heed embed shred shed wed
+    """
+)
