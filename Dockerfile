@@ -1,13 +1,23 @@
 # The image every tulip-memory process runs from (workers, Flower, CLI).
-FROM python:3.11-slim
+FROM python:3.11.11-slim
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 LITELLM_LOCAL_MODEL_COST_MAP=True
 WORKDIR /app
-COPY pyproject.toml README.md ./
+
+# Dependencies first, at the versions constraints.txt pins (the set CI tests): this
+# layer is rebuilt only when pyproject.toml or constraints.txt change, not on every
+# code change.
+COPY pyproject.toml constraints.txt ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt -c constraints.txt \
+    && rm /tmp/requirements.txt
+
+# Then the code, without touching the dependencies installed above.
+COPY README.md ./
 COPY tulip_memory ./tulip_memory
 COPY tulip_wire ./tulip_wire
 COPY tulip_producer ./tulip_producer
 COPY tulip_workers ./tulip_workers
 COPY tulip_ops ./tulip_ops
-RUN pip install --no-cache-dir . && useradd --create-home tulip
+RUN pip install --no-deps -c constraints.txt . && useradd --create-home tulip
 USER tulip
-ENV LITELLM_LOCAL_MODEL_COST_MAP=True
 ENTRYPOINT ["tulip-memory"]

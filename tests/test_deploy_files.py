@@ -150,3 +150,36 @@ def test_procfile_commands_exist() -> None:
             assert hasattr(parser.parse_args(argv[1:]), "run")
         else:
             assert argv[:4] == ["celery", "-A", "tulip_workers.app", "flower"]
+
+
+def test_redis_memory_is_bounded_and_never_evicts() -> None:
+    cmd = SERVICES["redis"]["command"]
+    assert cmd[cmd.index("--maxmemory") + 1] and cmd[cmd.index("--maxmemory-policy") + 1] == (
+        "noeviction"
+    )
+
+
+def test_long_running_tulip_services_have_healthchecks() -> None:
+    for name, service in SERVICES.items():
+        if service.get("build") == "." and name != "migrate":
+            test = service["healthcheck"]["test"]
+            assert test[0] in ("CMD", "CMD-SHELL") and len(test) > 1, name
+
+
+def test_ordered_services_run_exactly_one_replica() -> None:
+    for name, service in SERVICES.items():
+        if (service.get("command") or [])[:1] == ["worker"] and service["command"][1] in ROLES:
+            assert service["deploy"]["replicas"] == 1, name
+
+
+def test_env_example_lists_every_variable_compose_reads() -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    used = set(re.findall(r"(?<!\$)\$\{([A-Z][A-Z0-9_]*)", text))
+    example = dict(
+        line.split("=", 1)
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert used - set(example) == set(), "missing from .env.example"
+    required = set(re.findall(r"(?<!\$)\$\{([A-Z][A-Z0-9_]*):\?", text))
+    assert all(example[name] for name in required), "a required variable left empty"
