@@ -108,6 +108,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="K",
         help="only these shard numbers, 0..TULIP_<ROLE>_SHARDS-1 (default: every shard)",
     )
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        help="extract/checkpoint: events one shard worker runs at once, each key in order "
+        "(default: TULIP_EXTRACT_CONCURRENCY / TULIP_CHECKPOINT_CONCURRENCY, else 16)",
+    )
     worker.add_argument("--log-dir", type=Path, help="one log file per worker (default: stdout)")
     worker.set_defaults(run=_worker)
 
@@ -209,7 +215,7 @@ def _worker(args: argparse.Namespace) -> int:
         celeryconfig.CHECKPOINT_SHARDS if args.role == "checkpoint" else celeryconfig.EXTRACT_SHARDS
     )
     supervisor = Supervisor(
-        role_specs(args.role, shards, args.shards), worker_env({}), args.log_dir
+        role_specs(args.role, shards, args.shards, args.concurrency), worker_env({}), args.log_dir
     )
     stop = _stop_on_signals()
     supervisor.start()

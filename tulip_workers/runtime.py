@@ -27,6 +27,7 @@ from tulip_wire.topology import SUMMARIZE_QUEUE, SUMMARIZE_TASK
 from tulip_workers.checkpoints import CheckpointWorker
 from tulip_workers.extraction import ExtractionWorker
 from tulip_workers.extractors import Extractor, LLMStep, SlotFactory, heuristic
+from tulip_workers.keyed import CONCURRENCY_VARS, DEFAULT_CONCURRENCY, KeyOrder
 from tulip_workers.retry import RetryPolicy
 from tulip_workers.summarizer import SummaryScheduler, SummaryWorker
 
@@ -41,6 +42,14 @@ class WorkerRuntime:
         self._summaries: SummaryWorker | None = None
         self._reindexer: Reindexer | None = None
         self._lock = threading.Lock()
+        self._orders = {
+            event_type: KeyOrder(positive_int(var, DEFAULT_CONCURRENCY), _is_live)
+            for event_type, var in CONCURRENCY_VARS.items()
+        }
+
+    def order(self, event_type: str) -> KeyOrder:
+        """The key-ordered gate of one event type's tasks in this process."""
+        return self._orders[event_type]
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.portal.call(coro)
@@ -102,6 +111,13 @@ def _event_limits() -> dict[str, Any]:
         "max_body_bytes": positive_int("TULIP_MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),
         "max_claim_bytes": positive_int("TULIP_MAX_CLAIM_BYTES", DEFAULT_MAX_CLAIM_BYTES),
     }
+
+
+def _is_live(task_id: str) -> bool:
+    """Whether this worker still holds ``task_id`` (reserved or running)."""
+    from celery.worker import state
+
+    return task_id in state.requests
 
 
 def _llm_slot() -> SlotFactory:

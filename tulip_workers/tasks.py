@@ -9,16 +9,18 @@ task page) shows every dead letter, in the same state the ledger holds.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
-from celery.signals import worker_process_init
+from celery.signals import task_received, worker_process_init
 
 from tulip_wire.env import positive_int
 from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED, TASKS
 from tulip_wire.topology import REINDEX_TASK, SUMMARIZE_TASK
 from tulip_workers.app import app
 from tulip_workers.event_worker import DEAD, EventWorker
+from tulip_workers.keyed import envelope_key
 from tulip_workers.redelivery import deaths, forget_deaths
 from tulip_workers.reindexing import REINDEX_RETRIES
 from tulip_workers.runtime import WorkerRuntime, reset_after_fork, runtime
@@ -27,6 +29,9 @@ log = logging.getLogger(__name__)
 #: A message whose workers died this many times is dead-lettered, not run again.
 DEFAULT_MAX_WORKER_DEATHS = 3
 
+#: Ordered event types by task name.
+ORDERED = {TASKS[SESSION_ENDED]: SESSION_ENDED, TASKS[CHECKPOINT_SAVED]: CHECKPOINT_SAVED}
+
 
 class DeadLettered(Exception):
     """The event is a dead letter (committed, with this reason)."""
@@ -34,18 +39,19 @@ class DeadLettered(Exception):
 
 @app.task(name=TASKS[SESSION_ENDED], bind=True, throws=(DeadLettered,))  # type: ignore[untyped-decorator]
 def extract(self: Any, *args: Any, **kwargs: Any) -> str:
-    """Apply one ``session.ended`` event (ordered shard queue, solo worker)."""
-    return _ordered(self, WorkerRuntime.extraction, args, kwargs)
+    """Apply one ``session.ended`` event (ordered per namespace, many keys at once)."""
+    return _ordered(self, SESSION_ENDED, WorkerRuntime.extraction, args, kwargs)
 
 
 @app.task(name=TASKS[CHECKPOINT_SAVED], bind=True, throws=(DeadLettered,))  # type: ignore[untyped-decorator]
 def checkpoint(self: Any, *args: Any, **kwargs: Any) -> str:
-    """Write one thread checkpoint (ordered shard queue, solo worker)."""
-    return _ordered(self, WorkerRuntime.checkpoints, args, kwargs)
+    """Write one thread checkpoint (ordered per thread, many threads at once)."""
+    return _ordered(self, CHECKPOINT_SAVED, WorkerRuntime.checkpoints, args, kwargs)
 
 
 def _ordered(
     task: Any,
+    event_type: str,
     worker: Callable[[WorkerRuntime], EventWorker],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -58,8 +64,10 @@ def _ordered(
     body: object = args[0] if len(args) == 1 and not kwargs else {"args": args, "kwargs": kwargs}
     redelivered = bool(info.get("redelivered")) and request.id is not None
     killed = _killed_verdict(request.id) if redelivered else None
-    coro = worker(rt).handle_durably(body, request.id, info.get("routing_key"), killed=killed)
-    outcome = rt.run(coro)
+    task_id = request.id or uuid.uuid4().hex  # an eager call has none: no order to keep
+    with rt.order(event_type).turn(task_id, envelope_key(body, task_id)):
+        coro = worker(rt).handle_durably(body, request.id, info.get("routing_key"), killed=killed)
+        outcome = rt.run(coro)
     if redelivered:
         try:
             forget_deaths(app, request.id)
@@ -112,3 +120,14 @@ def reindex(self: Any, job_id: int, range_id: int) -> str:
 @worker_process_init.connect  # type: ignore[untyped-decorator]
 def _fresh_runtime(**_: Any) -> None:
     reset_after_fork()
+
+
+@task_received.connect  # type: ignore[untyped-decorator]
+def _admit_in_delivery_order(request: Any = None, **_: Any) -> None:
+    """On the consumer thread, in queue order: each ordered task joins its key's FIFO
+    before any pool thread can start it (see :mod:`tulip_workers.keyed`)."""
+    event_type = ORDERED.get(getattr(request, "name", ""))
+    if event_type is None:
+        return
+    args = request.args or [None]
+    runtime().order(event_type).admit(request.id, envelope_key(args[0], request.id))

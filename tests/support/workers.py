@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,41 +17,31 @@ from pathlib import Path
 
 import pytest
 
+from tulip_ops.dev.supervisor import WorkerSpec
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
 class WorkerProcess:
+    """One worker, started with the command line the supervisor of ``tulip-memory
+    worker`` and ``dev`` uses (:class:`~tulip_ops.dev.supervisor.WorkerSpec`)."""
+
     name: str
     queues: list[str]
     env: dict[str, str]
     log: Path
+    pool: str = "solo"
+    concurrency: int = 1
     proc: subprocess.Popen[bytes] | None = None
     _out: object = field(default=None, repr=False)
 
     def start(self, ready_timeout: float = 60.0) -> WorkerProcess:
         out = open(self.log, "ab")  # noqa: SIM115 - closed in stop()
         self._out = out
+        spec = WorkerSpec(self.name, tuple(self.queues), self.pool, self.concurrency)
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "tulip_workers.app",
-                "worker",
-                "-P",
-                "solo",
-                "-Q",
-                ",".join(self.queues),
-                "-n",
-                f"{self.name}@%h",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "-l",
-                "INFO",
-            ],
+            spec.command(),
             cwd=ROOT,
             env=self.env,
             stdout=out,
@@ -105,7 +94,21 @@ class WorkerFactory:
     started: list[WorkerProcess] = field(default_factory=list)
 
     def start(self, name: str, queues: list[str], **env: str) -> WorkerProcess:
-        w = WorkerProcess(name, queues, {**self.env, **env}, self.tmp / f"{name}.log")
+        """A single-process (``-P solo``) worker on ``queues``."""
+        return self._start(WorkerProcess(name, queues, {**self.env, **env}, self._log(name)))
+
+    def start_threads(
+        self, name: str, queues: list[str], threads: int, env: dict[str, str]
+    ) -> WorkerProcess:
+        """A ``threads`` pool worker: the key-ordered layout of the shard workers
+        (their ``TULIP_*_CONCURRENCY`` in ``env``)."""
+        w = WorkerProcess(name, queues, {**self.env, **env}, self._log(name), "threads", threads)
+        return self._start(w)
+
+    def _log(self, name: str) -> Path:
+        return self.tmp / f"{name}.log"
+
+    def _start(self, w: WorkerProcess) -> WorkerProcess:
         self.started.append(w)
         return w.start()
 

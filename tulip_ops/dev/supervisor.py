@@ -1,11 +1,12 @@
 """Run the Celery workers of a role as ``celery worker`` processes, and keep them up.
 
-Ordered roles (``extract``) get one single-process (``-P solo``) worker per shard
-queue, named ``extract-<k>@host`` so Flower shows which shard is which: exactly one
-consumer per shard is what keeps events of a namespace in order. A worker that dies
-is restarted (its unacked message is moved back to the front of its queue by
+Ordered roles (``extract``, ``checkpoint``) get one worker process per shard queue,
+named ``extract-<k>@host`` so Flower shows which shard is which: exactly one consumer
+per shard, running many keys' events at once and each key's in order
+(``tulip_workers.keyed``), is what keeps events of a namespace in order. A worker that
+dies is restarted (its unacked messages are moved back to the front of its queue by
 ``tulip_workers.redelivery`` before it consumes). Stopping sends SIGTERM, Celery's warm
-shutdown: the task in hand finishes and is acknowledged, nothing is lost; a worker
+shutdown: the tasks in hand finish and are acknowledged, nothing is lost; a worker
 still busy after the grace period is killed, and its message is redelivered.
 """
 
@@ -22,12 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from tulip_wire.env import positive_int
+from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED
 from tulip_wire.topology import (
     CHECKPOINT_QUEUE_PREFIX,
     EXTRACT_QUEUE_PREFIX,
     REINDEX_QUEUE,
     SUMMARIZE_QUEUE,
 )
+from tulip_workers.keyed import BUFFER_PER_SLOT, CONCURRENCY_VARS, DEFAULT_CONCURRENCY
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +40,8 @@ ROLES = {"extract": EXTRACT_QUEUE_PREFIX, "checkpoint": CHECKPOINT_QUEUE_PREFIX}
 #: Unordered roles: one pooled worker on one queue.
 POOLED = {"summarize": SUMMARIZE_QUEUE, "reindex": REINDEX_QUEUE}
 POOL_CONCURRENCY = 2
+#: The event type each ordered role runs.
+ROLE_EVENTS = {"extract": SESSION_ENDED, "checkpoint": CHECKPOINT_SAVED}
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,7 @@ class WorkerSpec:
     queues: tuple[str, ...]
     pool: str = "solo"
     concurrency: int = 1
+    env: tuple[tuple[str, str], ...] = ()
 
     def command(self) -> list[str]:
         return [
@@ -54,8 +61,14 @@ class WorkerSpec:
         ]  # fmt: skip
 
 
-def role_specs(role: str, shards: int, only: Sequence[int] | None = None) -> list[WorkerSpec]:
-    """The workers of ``role``: one per shard for ordered roles, one pool otherwise."""
+def role_specs(
+    role: str, shards: int, only: Sequence[int] | None = None, concurrency: int | None = None
+) -> list[WorkerSpec]:
+    """The workers of ``role``: one per shard for ordered roles, one pool otherwise.
+
+    An ordered worker runs ``concurrency`` events at once (default: its setting, else
+    :data:`DEFAULT_CONCURRENCY`) in a ``threads`` pool that reserves
+    :data:`BUFFER_PER_SLOT` times as many, each key's events in order."""
     if role in POOLED:
         return [WorkerSpec(role, (POOLED[role],), pool="prefork", concurrency=POOL_CONCURRENCY)]
     if role not in ROLES:
@@ -68,7 +81,15 @@ def role_specs(role: str, shards: int, only: Sequence[int] | None = None) -> lis
             f"--shards {' '.join(bad)} out of range: {role} has shards 0..{shards - 1} "
             f"(TULIP_{role.upper()}_SHARDS={shards})"
         )
-    return [WorkerSpec(f"{role}-{k}", (f"{ROLES[role]}.{k}",)) for k in chosen]
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    var = CONCURRENCY_VARS[ROLE_EVENTS[role]]
+    c = concurrency or positive_int(var, DEFAULT_CONCURRENCY)
+    env = ((var, str(c)),)
+    return [
+        WorkerSpec(f"{role}-{k}", (f"{ROLES[role]}.{k}",), "threads", c * BUFFER_PER_SLOT, env)
+        for k in chosen
+    ]
 
 
 @dataclass
@@ -101,7 +122,7 @@ class Supervisor:
             self._logs.append(out)
         proc = subprocess.Popen(  # noqa: S603 - our own command line, no shell
             spec.command(),
-            env=self.env,
+            env={**self.env, **dict(spec.env)},
             stdout=out,
             stderr=subprocess.STDOUT if out else None,
             preexec_fn=die_with_parent,
