@@ -34,7 +34,8 @@ SEQ_KEY_PREFIX = "tulip:seq:"  # per-key event sequence numbers (producer)
 PENDING_KEY_PREFIX = "tulip:pending:"  # read-your-writes thread state (producer, workers)
 SUMMARY_PENDING_PREFIX = "tulip:summarize:"  # one summary job per thread in flight
 SEMAPHORE_PREFIX = "tulip:sem:"  # counting semaphores (one sorted set of leases each)
-DEATHS_PREFIX = "tulip:deaths:"  # per task id: shard workers that died holding it
+DEATHS_PREFIX = "tulip:deaths:"  # per task id: shard workers that died running it
+RUNNING_PREFIX = "tulip:running:"  # per shard queue: task ids its worker is running now
 
 
 def shard_queue(prefix: str, shard: int) -> str:

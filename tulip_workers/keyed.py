@@ -19,6 +19,11 @@ free, so:
 - each message stays unacknowledged until its own task finished (``acks_late``), so a
   SIGKILL loses nothing and the ledger makes the redelivery a no-op where it was done.
 
+A task that may have killed a worker (it was running when one died) runs *alone*
+(``exclusive``): it waits until nothing else runs and nothing starts beside it, so if it
+kills this worker too, the death is counted against it and no innocent neighbour
+(``tulip_workers.redelivery``).
+
 A task that was admitted but will never run (revoked, rejected, its worker shutting
 down) would block its key forever; :meth:`turn` therefore drops a head the
 ``is_live`` callback (the worker's reserved and active requests) no longer knows.
@@ -67,6 +72,7 @@ class KeyOrder:
         self._key_of: dict[str, str] = {}
         self._admitted: dict[str, float] = {}
         self._running = 0
+        self._alone = False
         self.peak_running = 0
 
     def admit(self, task_id: str, key: str) -> None:
@@ -85,20 +91,23 @@ class KeyOrder:
             self._cond.notify_all()
 
     @contextmanager
-    def turn(self, task_id: str, key: str) -> Iterator[None]:
-        """Wait for ``task_id``'s turn on its key and a free slot, then hold both."""
+    def turn(self, task_id: str, key: str, *, exclusive: bool = False) -> Iterator[None]:
+        """Wait for ``task_id``'s turn on its key and a free slot, then hold both;
+        ``exclusive``: wait until nothing else runs, and let nothing start meanwhile."""
         with self._cond:
             self.admit(task_id, key)
             key = self._key_of[task_id]
-            while not self._may_run(task_id, key):
+            while not self._may_run(task_id, key, exclusive):
                 self._cond.wait(RECHECK_SECONDS)
             self._running += 1
+            self._alone = exclusive
             self.peak_running = max(self.peak_running, self._running)
         try:
             yield
         finally:
             with self._cond:
                 self._running -= 1
+                self._alone = False
                 self._remove(task_id)
                 self._cond.notify_all()
 
@@ -107,11 +116,13 @@ class KeyOrder:
         with self._cond:
             return len(self._key_of)
 
-    def _may_run(self, task_id: str, key: str) -> bool:
+    def _may_run(self, task_id: str, key: str, exclusive: bool) -> bool:
         fifo = self._fifos[key]
         while fifo[0] != task_id and self._dead(fifo[0]):
             self._forget_head(fifo)
-        return fifo[0] == task_id and self._running < self.slots
+        if fifo[0] != task_id or self._alone:
+            return False
+        return self._running == 0 if exclusive else self._running < self.slots
 
     def _dead(self, head: str) -> bool:
         young = time.monotonic() - self._admitted.get(head, 0.0) < GRACE_SECONDS

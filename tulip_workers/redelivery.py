@@ -15,16 +15,21 @@ wires that into Celery's worker start-up (``celeryd_after_setup``, which
 
 A message that kills every worker that runs it (OOM, a segfault in a native library)
 would come back this way forever. So the same atomic step counts, per task id, how
-many workers died holding the message (``tulip:deaths:<task id>``, kept a week), and
+many workers died *running* the message (``tulip:deaths:<task id>``, kept a week), and
 :func:`deaths` reads that count when a redelivered message arrives: past
-``TULIP_MAX_WORKER_DEATHS`` the task dead-letters it instead of running it.
+``TULIP_MAX_WORKER_DEATHS`` the task dead-letters it instead of running it. A shard
+worker reserves several messages and runs several at once, so it records the task ids
+it is running in ``tulip:running:<queue>`` (:func:`running`): a message that was only
+waiting in its buffer is not counted, and a redelivered message that was running when a
+worker died runs alone (``tulip_workers.keyed``), so a second death is its own.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -36,7 +41,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
-from tulip_wire.topology import DEATHS_PREFIX, ORDERED_QUEUE_PREFIXES
+from tulip_wire.topology import DEATHS_PREFIX, ORDERED_QUEUE_PREFIXES, RUNNING_PREFIX
 
 _EXIT_FAILURE = 1
 #: How long a message's death count is kept (longer than any backlog lasts).
@@ -56,6 +61,7 @@ class _Move:
     queue_key: str
     payload: str
     counter: str  # the death counter of the message's task id
+    was_running: bool  # the dead worker was running it (not just holding it)
 
 
 def restore_unacked(connection_or_channel: Any, queues: Iterable[str]) -> int:
@@ -76,13 +82,57 @@ def restore_unacked(connection_or_channel: Any, queues: Iterable[str]) -> int:
     prefix = channel.global_keyprefix
     hash_key, index_key = prefix + channel.unacked_key, prefix + channel.unacked_index_key
     entries = _unacked_oldest_first(client, hash_key, index_key)
-    moves = _plan(channel, entries, frozenset(queues))
+    running_keys = [_running_key(channel, q) for q in sorted(set(queues))]
+    ran = {bytes_to_str(t) for key in running_keys for t in client.smembers(key)}
+    moves = _plan(channel, entries, frozenset(queues), ran)
     if not moves:
+        client.delete(*running_keys)
         return 0
     script = client.register_script(_lua("restore_unacked.lua"))
     keys = [hash_key, index_key, *(m.queue_key for m in moves), *(m.counter for m in moves)]
-    args = [value for move in moves for value in (move.tag, move.entry, move.payload)]
-    return int(script(keys=keys, args=[*args, DEATHS_TTL]))
+    args = [
+        value for m in moves for value in (m.tag, m.entry, m.payload, "1" if m.was_running else "0")
+    ]
+    moved = int(script(keys=keys, args=[*args, DEATHS_TTL]))
+    client.delete(*running_keys)
+    return moved
+
+
+@contextmanager
+def running(app: Celery, queue: str | None, task_id: str) -> Iterator[None]:
+    """Record ``task_id`` as running on ``queue`` for as long as the block runs, so a
+    death while it runs is counted against it (Redis only; a no-op elsewhere). A broker
+    that cannot be reached here is logged, never fatal: the count is a safety net."""
+    key = _mark(app, queue, task_id, add=True)
+    try:
+        yield
+    finally:
+        if key is not None:
+            _mark(app, queue, task_id, add=False)
+
+
+def _mark(app: Celery, queue: str | None, task_id: str, *, add: bool) -> str | None:
+    if queue is None:
+        return None
+    try:
+        with app.connection_for_write() as connection:
+            if connection.transport.driver_type != "redis":
+                return None
+            channel = _redis_channel(connection)
+            client = redis.Redis(connection_pool=channel.pool)
+            key = _running_key(channel, queue)
+            if add:
+                client.sadd(key, task_id)
+            else:
+                client.srem(key, task_id)
+            return key
+    except Exception:
+        logger.warning("could not record %s as running on %s", task_id, queue, exc_info=True)
+        return None
+
+
+def _running_key(channel: Any, queue: str) -> str:
+    return f"{channel.global_keyprefix}{RUNNING_PREFIX}{queue}"
 
 
 def deaths(app: Celery, task_id: str) -> int:
@@ -177,7 +227,9 @@ def _unacked_oldest_first(
     return sorted(entries.items(), key=lambda item: (delivered.get(item[0], math.inf), item[0]))
 
 
-def _plan(channel: Any, entries: list[tuple[_Raw, _Raw]], wanted: frozenset[str]) -> list[_Move]:
+def _plan(
+    channel: Any, entries: list[tuple[_Raw, _Raw]], wanted: frozenset[str], ran: set[str]
+) -> list[_Move]:
     routes: dict[tuple[str, str], list[str]] = {}
     moves: list[_Move] = []
     for tag, entry in entries:
@@ -185,10 +237,11 @@ def _plan(channel: Any, entries: list[tuple[_Raw, _Raw]], wanted: frozenset[str]
         route = (exchange, routing_key)
         if route not in routes:
             routes[route] = _own_queues(channel, exchange, routing_key, wanted)
-        counter = _counter(channel, _task_id(payload, tag))
+        task_id = _task_id(payload, tag)
+        counter = _counter(channel, task_id)
         redelivered = _mark_redelivered(payload)
         moves += [
-            _Move(tag, entry, _queue_key(channel, q, payload), redelivered, counter)
+            _Move(tag, entry, _queue_key(channel, q, payload), redelivered, counter, task_id in ran)
             for q in routes[route]
         ]
     return moves

@@ -21,7 +21,7 @@ from tulip_wire.topology import REINDEX_TASK, SUMMARIZE_TASK
 from tulip_workers.app import app
 from tulip_workers.event_worker import DEAD, EventWorker
 from tulip_workers.keyed import envelope_key
-from tulip_workers.redelivery import deaths, forget_deaths
+from tulip_workers.redelivery import deaths, forget_deaths, running
 from tulip_workers.reindexing import REINDEX_RETRIES
 from tulip_workers.runtime import WorkerRuntime, reset_after_fork, runtime
 
@@ -63,10 +63,16 @@ def _ordered(
     info = request.delivery_info or {}
     body: object = args[0] if len(args) == 1 and not kwargs else {"args": args, "kwargs": kwargs}
     redelivered = bool(info.get("redelivered")) and request.id is not None
-    killed = _killed_verdict(request.id) if redelivered else None
+    died = _deaths(request.id) if redelivered else 0
+    killed = f"killed its worker {died} times" if died >= _max_deaths() else None
     task_id = request.id or uuid.uuid4().hex  # an eager call has none: no order to keep
-    with rt.order(event_type).turn(task_id, envelope_key(body, task_id)):
-        coro = worker(rt).handle_durably(body, request.id, info.get("routing_key"), killed=killed)
+    queue = info.get("routing_key")
+    # A message that was running when a worker died runs alone: a second death is its own.
+    with (
+        rt.order(event_type).turn(task_id, envelope_key(body, task_id), exclusive=died > 0),
+        running(app, queue, task_id),
+    ):
+        coro = worker(rt).handle_durably(body, request.id, queue, killed=killed)
         outcome = rt.run(coro)
     if redelivered:
         try:
@@ -78,15 +84,17 @@ def _ordered(
     return outcome.outcome
 
 
-def _killed_verdict(task_id: str) -> str | None:
-    """The dead-letter reason of a message that killed too many workers, else ``None``."""
-    limit = positive_int("TULIP_MAX_WORKER_DEATHS", DEFAULT_MAX_WORKER_DEATHS)
+def _max_deaths() -> int:
+    return positive_int("TULIP_MAX_WORKER_DEATHS", DEFAULT_MAX_WORKER_DEATHS)
+
+
+def _deaths(task_id: str) -> int:
+    """How many workers died running this message (0 when the broker cannot say)."""
     try:
-        died = deaths(app, task_id)
+        return deaths(app, task_id)
     except Exception:  # the broker just went away: run it; the next restore counts on
         log.warning("could not read the death count of %s", task_id, exc_info=True)
-        return None
-    return f"killed its worker {died} times" if died >= limit else None
+        return 0
 
 
 @app.task(name=SUMMARIZE_TASK)  # type: ignore[untyped-decorator]

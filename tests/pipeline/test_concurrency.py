@@ -174,3 +174,40 @@ def test_the_llm_cap_holds_across_two_concurrent_shard_workers(
     with pipeline.reader() as reader:
         pipeline.wait_applied(reader, ids, timeout=120)
     assert 1 < fake_openai.max_inflight <= 3
+
+
+def test_a_message_that_kills_its_worker_is_dead_lettered_and_its_neighbours_are_not(
+    pipeline: Pipeline, fake_openai: FakeOpenAI
+) -> None:
+    """Two deaths while running the same message (an OOM, a native crash: SIGKILL here,
+    in the model call) dead-letter it; the events that were running or waiting beside it
+    when the worker died are applied, none dead-lettered for a death not theirs."""
+    poison, *others = users_on(0, 13, "p")
+    model = RecordingModel(delay=0.3)
+    fake_openai.default_chat = model
+    env = model_env(fake_openai, TULIP_MAX_WORKER_DEATHS="2")
+    worker = start_shard(pipeline, 0, 4, **env)
+    with pipeline.producer() as producer:
+        first = [
+            producer.session_ended(("acme", "users", u), f"t-{u}", said(u, 1)) for u in others[:3]
+        ]
+        poisoned = producer.session_ended(("acme", "users", poison), "t-p", said(poison, 1))
+        rest = [
+            producer.session_ended(("acme", "users", u), f"t-{u}", said(u, n))
+            for n in (1, 2)
+            for u in others[3:]
+        ]
+        assert producer.flush(timeout=30)
+    for death in (1, 2):
+        deadline = time.monotonic() + 60
+        while len(model.asked[poison]) < death and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(model.asked[poison]) == death
+        worker.kill()  # while it runs the poison's model call
+        worker = start_shard(pipeline, 0, 4, **env)
+    with pipeline.reader() as reader:
+        pipeline.wait_applied(reader, [*first, poisoned, *rest], timeout=120)
+        verdict = reader.status(poisoned)
+        assert verdict.state == "dead" and "killed its worker 2 times" in (verdict.reason or "")
+        assert {reader.status(e).state for e in [*first, *rest]} == {"applied"}
+    assert len(model.asked[poison]) == 2  # the third delivery never reached the model

@@ -146,3 +146,43 @@ def test_a_live_head_is_waited_for() -> None:
 )
 def test_envelope_key_never_raises(body: object, key: str) -> None:
     assert envelope_key(body, "fallback") == key
+
+
+def test_an_exclusive_task_runs_alone() -> None:
+    order = KeyOrder(slots=4)
+    order.admit("busy", "a")
+    order.admit("suspect", "b")
+    order.admit("later", "c")
+    events: list[str] = []
+    release = threading.Event()
+
+    def busy() -> None:
+        with order.turn("busy", "a"):
+            events.append("busy-start")
+            release.wait(10)
+            events.append("busy-end")
+
+    def suspect() -> None:
+        with order.turn("suspect", "b", exclusive=True):
+            events.append("suspect")
+            time.sleep(0.2)
+            events.append("suspect-end")
+
+    def later() -> None:
+        while "suspect" not in events:
+            time.sleep(0.01)
+        with order.turn("later", "c"):
+            events.append("later")
+
+    threads = [threading.Thread(target=f) for f in (busy, suspect, later)]
+    threads[0].start()
+    while "busy-start" not in events:
+        time.sleep(0.01)
+    threads[1].start()
+    time.sleep(0.2)
+    assert "suspect" not in events  # waits for the running task
+    release.set()
+    threads[2].start()
+    for t in threads:
+        t.join(10)
+    assert events == ["busy-start", "busy-end", "suspect", "suspect-end", "later"]

@@ -1,5 +1,6 @@
 -- Move unacknowledged messages of a dead consumer back to the head of their queues,
--- and count, per message, how many consumers died holding it.
+-- and count, per message, how many consumers died while running it (a message merely
+-- reserved, waiting in the consumer's buffer, is not counted: it did not kill anyone).
 --
 -- kombu's Redis transport publishes with LPUSH and consumes with BRPOP/RPOP, so the
 -- head (the end consumed next) is the RIGHT end of the list: RPUSH puts a message
@@ -10,31 +11,31 @@
 -- KEYS[2]          kombu's unacked index  (sorted set: tag -> delivery time)
 -- KEYS[2+i]        the list that move i pushes to            (i = 1..n)
 -- KEYS[2+n+i]      the death counter of move i's message (by task id)
--- ARGV             three values per move i: tag, the hash entry exactly as read (a guard:
---                  if kombu acked or restored it meanwhile, the move is skipped), payload;
---                  then the counters' time to live in seconds
+-- ARGV             four values per move i: tag, the hash entry exactly as read (a guard:
+--                  if kombu acked or restored it meanwhile, the move is skipped), payload,
+--                  "1" if the dead consumer was running it; then the counters' time to live
 --
 -- Returns how many messages (distinct tags) were moved.
 local moves = (#KEYS - 2) / 2
-local ttl = ARGV[3 * moves + 1]
+local ttl = ARGV[4 * moves + 1]
 local live = {}
 for i = 1, moves do
-  local tag = ARGV[3 * i - 2]
+  local tag = ARGV[4 * i - 3]
   if live[tag] == nil then
-    live[tag] = redis.call('HGET', KEYS[1], tag) == ARGV[3 * i - 1]
+    live[tag] = redis.call('HGET', KEYS[1], tag) == ARGV[4 * i - 2]
   end
 end
 
 for i = moves, 1, -1 do
-  if live[ARGV[3 * i - 2]] then
-    redis.call('RPUSH', KEYS[2 + i], ARGV[3 * i])
+  if live[ARGV[4 * i - 3]] then
+    redis.call('RPUSH', KEYS[2 + i], ARGV[4 * i - 1])
   end
 end
 
 local counted = {}
 for i = 1, moves do
-  local tag = ARGV[3 * i - 2]
-  if live[tag] and not counted[tag] then
+  local tag = ARGV[4 * i - 3]
+  if live[tag] and ARGV[4 * i] == '1' and not counted[tag] then
     counted[tag] = true
     redis.call('INCR', KEYS[2 + moves + i])
     redis.call('EXPIRE', KEYS[2 + moves + i], ttl)
