@@ -19,9 +19,10 @@ import asyncio
 import logging
 import math
 import random
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
@@ -37,6 +38,7 @@ DEFAULT_LLM_MAX_INFLIGHT = 8
 #: How long a caller waits for a slot unless it says otherwise: long enough to ride out
 #: a burst of slow LLM calls, short enough that a stuck semaphore surfaces as an error.
 DEFAULT_TIMEOUT = 120.0
+DEFAULT_LEASE_SECONDS = 60
 _FIRST_PAUSE = 0.01
 _MAX_PAUSE = 0.25
 
@@ -114,22 +116,57 @@ class RedisSemaphore:
 
     @contextmanager
     def slot(self, timeout: float = DEFAULT_TIMEOUT) -> Iterator[str]:
-        """Hold a slot for the ``with`` block; yields the token (for :meth:`renew`)."""
+        """Hold a slot for the ``with`` block, its lease renewed every third of
+        ``lease_seconds`` while the block runs (so the limit holds for blocks of any
+        length, and a crashed holder's slot still frees within one lease)."""
         token = self.acquire(timeout)
+        stop_renewing = self._renewing(token)
         try:
             yield token
         finally:
+            stop_renewing()
             self._check_released(self.release(token))
 
     @asynccontextmanager
     async def aslot(self, timeout: float = DEFAULT_TIMEOUT) -> AsyncIterator[str]:  # noqa: ASYNC109
-        """Hold a slot for the ``async with`` block; yields the token."""
+        """Hold a slot for the ``async with`` block, renewed like :meth:`slot` (from a
+        thread, so a block that holds up the event loop keeps its lease too)."""
         token = await self.aacquire(timeout)
+        stop_renewing = self._renewing(token)
         try:
             yield token
         finally:
+            stop_renewing()
             # Runs to the end in its thread even if this task is cancelled meanwhile.
             self._check_released(await asyncio.to_thread(self.release, token))
+
+    @property
+    def _renew_every(self) -> float:
+        return self.lease_seconds / 3
+
+    def _renewing(self, token: str) -> Callable[[], None]:
+        """Renew ``token``'s lease from a thread of its own until the returned
+        function is called (which returns at once; the thread ends within a pause)."""
+        stop = threading.Event()
+
+        def renew_until_stopped() -> None:
+            while not stop.wait(self._renew_every):
+                if not self._renewed(token):
+                    if not stop.is_set():  # else it was released meanwhile
+                        logger.warning("semaphore %r: a lease expired before renewal", self.name)
+                    return
+
+        threading.Thread(target=renew_until_stopped, name="tulip-lease", daemon=True).start()
+        return stop.set
+
+    def _renewed(self, token: str) -> bool:
+        """Renew once; ``False`` when the lease is gone (nothing left to renew). A
+        Redis error is logged and the next renewal tries again."""
+        try:
+            return self.renew(token)
+        except redis.RedisError as e:
+            logger.warning("semaphore %r: could not renew a lease (%s)", self.name, e)
+            return True
 
     def _check_released(self, held: bool) -> None:
         if not held:
@@ -157,9 +194,12 @@ class RedisSemaphore:
             asyncio.get_running_loop().run_in_executor(None, self.release, token)
 
 
-def semaphore_from_env(name: str = "llm", lease_seconds: float = 60.0) -> RedisSemaphore:
+def semaphore_from_env(name: str = "llm", lease_seconds: float | None = None) -> RedisSemaphore:
     """The semaphore ``name`` on ``TULIP_REDIS_URL`` (else a Redis ``TULIP_BROKER_URL``),
-    limited to ``TULIP_LLM_MAX_INFLIGHT``."""
+    limited to ``TULIP_LLM_MAX_INFLIGHT``; leases of ``TULIP_LLM_LEASE_SECONDS`` (60),
+    renewed while held: how soon a crashed holder's slot comes free."""
+    if lease_seconds is None:
+        lease_seconds = float(positive_int("TULIP_LLM_LEASE_SECONDS", DEFAULT_LEASE_SECONDS))
     url = _redis_url_from_env()
     limit = positive_int("TULIP_LLM_MAX_INFLIGHT", DEFAULT_LLM_MAX_INFLIGHT)
     return RedisSemaphore(redis_client(url), name, limit, lease_seconds)

@@ -161,3 +161,65 @@ def test_a_redis_restart_mid_stream_dead_letters_nothing_and_keeps_order(
             assert "c019" in found["favourite-colour"]
     finally:
         own.stop()
+
+
+class Killer(ColourModel):
+    """Answers like :class:`ColourModel`, but holds session ``victim``'s call open: the
+    test kills the worker inside it, like a message that runs its worker out of memory."""
+
+    def __init__(self, victim: int) -> None:
+        super().__init__()
+        self.victim = victim
+
+    def __call__(self, request: Any) -> Any:
+        reply = super().__call__(request)
+        if self.asked[-1] == self.victim:
+            reply.delay = 60.0
+        return reply
+
+
+def test_a_message_that_kills_its_worker_every_time_ends_as_a_dead_letter(
+    pipeline: Pipeline, fake_openai: FakeOpenAI
+) -> None:
+    model = Killer(victim=1)
+    fake_openai.default_chat = model
+    ns = ("acme", "users", "killer")
+    k = shard_of(ns)
+    settings = {**model_env(fake_openai), "TULIP_MAX_WORKER_DEATHS": "2"}
+    pipeline.start_shard(k, **settings)
+    with pipeline.producer() as producer:
+        ids = [producer.session_ended(ns, "t", session(i, c)) for i, c in [(1, "red"), (2, "teal")]]
+    for death in (1, 2):
+        wait_for(f"death {death} in the model call", lambda d=death: model.asked.count(1) >= d)
+        pipeline.workers.started[-1].kill()
+        pipeline.start_shard(k, **settings)
+    with pipeline.reader() as reader:
+        pipeline.wait_applied(reader, ids, timeout=60)
+        killer, after = reader.status(ids[0]), reader.status(ids[1])
+    assert killer.state == "dead" and killer.reason == "killed its worker 2 times"
+    assert after.state == "applied"
+    assert model.asked == [1, 1, 2]  # the third delivery was not run, and nothing overtook it
+
+
+def test_model_calls_longer_than_the_lease_never_exceed_the_cap(
+    pipeline: Pipeline, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.default_chat = ColourModel(delay=4.0)  # four leases long
+    settings = {
+        **model_env(fake_openai),
+        "TULIP_LLM_MAX_INFLIGHT": "1",
+        "TULIP_LLM_LEASE_SECONDS": "1",
+    }
+    pipeline.start_shards(**settings)
+    on_each_shard = {shard_of(("lease", f"u{i}")): ("lease", f"u{i}") for i in range(20)}
+    assert len(on_each_shard) == 2
+    with pipeline.producer() as producer:
+        ids = [
+            producer.session_ended(ns, "t", session(n, "red"))
+            for n in range(2)
+            for ns in on_each_shard.values()
+        ]
+    with pipeline.reader() as reader:
+        pipeline.wait_applied(reader, ids, timeout=120)
+        assert [reader.status(e).state for e in ids] == ["applied"] * 4
+    assert fake_openai.max_inflight == 1

@@ -133,12 +133,33 @@ def test_slot_is_released_when_the_block_raises(client: redis.Redis, name: str) 
     assert sem.holders() == 0
 
 
-def test_a_slot_held_past_its_lease_is_reported(
+def test_a_slot_held_past_its_lease_is_renewed_so_the_limit_holds(
+    client: redis.Redis, name: str
+) -> None:
+    sem = RedisSemaphore(client, name, 1, lease_seconds=0.3)
+    with sem.slot(timeout=1):
+        for _ in range(10):  # 1.5 s: five leases long
+            time.sleep(0.15)
+            assert sem.try_acquire() is None
+    assert sem.holders() == 0 and sem.try_acquire() is not None
+
+
+async def test_an_aslot_held_past_its_lease_is_renewed_so_the_limit_holds(
+    client: redis.Redis, name: str
+) -> None:
+    sem = RedisSemaphore(client, name, 1, lease_seconds=0.3)
+    async with sem.aslot(timeout=1):
+        with pytest.raises(SemaphoreTimeout):
+            await sem.aacquire(timeout=1.5)
+    assert sem.holders() == 0
+
+
+def test_a_lease_lost_while_held_is_reported(
     client: redis.Redis, name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sem = RedisSemaphore(client, name, 1, lease_seconds=0.1)
-    with sem.slot(timeout=1):
-        time.sleep(0.2)
+    sem = RedisSemaphore(client, name, 1, lease_seconds=5)
+    with sem.slot(timeout=1) as token:
+        client.zrem(sem.key, token)  # as if the holder had been paused past its lease
     assert "expired while held" in caplog.text
 
 
