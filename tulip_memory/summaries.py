@@ -15,6 +15,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tulip_memory.compactor import estimate_message_tokens
 from tulip_memory.conversation.summary_message import summary_message
 from tulip_memory.conversation.turns import cut_points, split_leading_system
 from tulip_memory.delta.keys import SUMMARIES, ThreadKeys
@@ -44,6 +45,44 @@ def summary_range(messages: Sequence[Message], head_turns: int, keep_recent: int
     end = max((c for c in cuts if c <= len(messages) - keep_recent), default=0)
     start = min((c for c in cuts if c >= start), default=len(messages))
     return SummaryRange(start, end)
+
+
+@dataclass(frozen=True)
+class SummaryBudget:
+    """When a thread is due a summary job: it holds more than ``over_tokens`` and the
+    part a job would add (the middle of the thread, :func:`summary_range`, after what
+    its summary covers) holds at least ``step_tokens``, so a job extends the summary by
+    a step, never by one turn per checkpoint."""
+
+    over_tokens: int = 6000
+    step_tokens: int = 1500
+    head_turns: int = 2
+    keep_recent: int = 10
+
+    def __post_init__(self) -> None:
+        if min(self.over_tokens, self.step_tokens, self.head_turns, self.keep_recent) < 0:
+            raise ValueError(f"summary budget values must be >= 0: {self!r}")
+
+    def range(self, messages: Sequence[Message]) -> SummaryRange:
+        return summary_range(messages, self.head_turns, self.keep_recent)
+
+    def covered_end(self, messages: Sequence[Message], summary: Summary | None) -> int | None:
+        """Where ``summary`` ends if a job would extend it (it still matches), else None."""
+        if summary is None or summary.start != self.range(messages).start:
+            return None
+        return summary.end if summary.matches(messages) else None
+
+    def unsummarized(self, messages: Sequence[Message], covered_end: int | None) -> int:
+        """Tokens a job would add to a summary ending at ``covered_end`` (None: none)."""
+        wanted = self.range(messages)
+        start = max(wanted.start, covered_end or 0)
+        return sum(estimate_message_tokens(m) for m in messages[start : wanted.end])
+
+    def due(self, messages: Sequence[Message], covered_end: int | None) -> bool:
+        """Whether a thread with a summary ending at ``covered_end`` needs a job."""
+        if self.unsummarized(messages, covered_end) < max(1, self.step_tokens):
+            return False
+        return sum(estimate_message_tokens(m) for m in messages) > self.over_tokens
 
 
 def _after_user_turns(messages: Sequence[Message], turns: int) -> int:

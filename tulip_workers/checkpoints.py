@@ -16,10 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 
 from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.delta.tenants import TenantCheckpointers
 from tulip_memory.state import AgentState
+from tulip_memory.summaries import SummaryBudget, SummaryStore
 from tulip_wire.events import Envelope
 from tulip_wire.pending import PendingStates
 from tulip_workers.event_worker import (
@@ -29,7 +31,7 @@ from tulip_workers.event_worker import (
     AlreadyApplied,
     EventWorker,
 )
-from tulip_workers.summarizer import SummaryScheduler, thread_tokens
+from tulip_workers.summarizer import SummaryScheduler, SummaryTrigger
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ class CheckpointWorker(EventWorker):
     checkpointer: DeltaCheckpointer
     pending: PendingStates | None = None
     scheduler: SummaryScheduler | None = None
-    summarize_over_tokens: int | None = None
+    summary_budget: SummaryBudget | None = None
     _tenants: TenantCheckpointers | None = None
 
     def threads(self, tenant: str) -> DeltaCheckpointer:
@@ -50,6 +52,12 @@ class CheckpointWorker(EventWorker):
         if self._tenants is None or self._tenants.base is not self.checkpointer:
             self._tenants = TenantCheckpointers(self.checkpointer)
         return self._tenants.of(tenant)
+
+    @cached_property
+    def _summary_trigger(self) -> SummaryTrigger | None:
+        if self.scheduler is None or self.summary_budget is None:
+            return None
+        return SummaryTrigger(self.summary_budget, self.scheduler)
 
     async def _apply(self, env: Envelope, attempt: int) -> str:
         payload = await self._payload(env)
@@ -83,15 +91,14 @@ class CheckpointWorker(EventWorker):
         return SUPERSEDED if superseded else APPLIED
 
     async def _maybe_summarize(self, tenant: str, thread: str, state: AgentState) -> None:
-        """Ask for a background summary when the thread is over its budget; a failure
-        to ask is logged, never a failure of the checkpoint."""
-        limit = self.summarize_over_tokens
-        if self.scheduler is None or limit is None:
-            return
-        if thread_tokens(list(state.messages)) <= limit:
+        """Ask for a background summary when the thread is due one (over its budget by
+        a step); a failure to ask is logged, never a failure of the checkpoint."""
+        trigger = self._summary_trigger
+        if trigger is None:
             return
         try:
-            await asyncio.to_thread(self.scheduler.maybe_schedule, tenant, thread)
+            summaries = SummaryStore(self.threads(tenant).storage)
+            await trigger.checkpointed(tenant, thread, list(state.messages), summaries)
         except Exception:
             log.exception("could not schedule a summary of a thread of tenant %s", tenant)
 

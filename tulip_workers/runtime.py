@@ -17,6 +17,7 @@ from tulip_memory.config import store_from_env
 from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.extract import LLMExtractorConfig
 from tulip_memory.reindex import Reindexer
+from tulip_memory.summaries import SummaryBudget
 from tulip_memory.summarize import summary_model_from_env
 from tulip_wire.endpoints import redis_client
 from tulip_wire.env import positive_int, redis_url
@@ -75,7 +76,7 @@ class WorkerRuntime:
                     pending=_pending_from_env(),
                     claims=_claims_from_env(),
                     scheduler=_scheduler_from_env(),
-                    summarize_over_tokens=positive_int("TULIP_SUMMARIZE_OVER_TOKENS", 6000),
+                    summary_budget=summary_budget_from_env(),
                     **_event_limits(),
                 )
             return self._checkpoints
@@ -84,12 +85,14 @@ class WorkerRuntime:
         with self._lock:
             if self._summaries is None:
                 model = summary_model_from_env()
+                budget = summary_budget_from_env()
                 self._summaries = SummaryWorker(
                     checkpointer=checkpointer_from_env(),
                     model=model,
                     scheduler=_scheduler_from_env(),
-                    head_turns=positive_int("TULIP_SUMMARY_HEAD_TURNS", 2),
-                    keep_recent=positive_int("TULIP_SUMMARY_KEEP_RECENT", 10),
+                    head_turns=budget.head_turns,
+                    keep_recent=budget.keep_recent,
+                    step_tokens=budget.step_tokens,
                     slot=_llm_slot() if model else None,
                 )
             return self._summaries
@@ -125,6 +128,18 @@ def _llm_slot() -> SlotFactory:
 
     sem = semaphore_from_env("llm")
     return lambda: sem.aslot()
+
+
+def summary_budget_from_env() -> SummaryBudget:
+    """``TULIP_SUMMARIZE_OVER_TOKENS`` (6000), ``TULIP_SUMMARY_STEP_TOKENS`` (a quarter
+    of it), ``TULIP_SUMMARY_HEAD_TURNS`` (2), ``TULIP_SUMMARY_KEEP_RECENT`` (10)."""
+    over = positive_int("TULIP_SUMMARIZE_OVER_TOKENS", 6000)
+    return SummaryBudget(
+        over_tokens=over,
+        step_tokens=positive_int("TULIP_SUMMARY_STEP_TOKENS", max(1, over // 4)),
+        head_turns=positive_int("TULIP_SUMMARY_HEAD_TURNS", 2),
+        keep_recent=positive_int("TULIP_SUMMARY_KEEP_RECENT", 10),
+    )
 
 
 def _scheduler_from_env() -> SummaryScheduler | None:

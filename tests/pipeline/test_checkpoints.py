@@ -85,6 +85,7 @@ def test_long_threads_get_incremental_background_summaries_through_the_model(
     fake_openai.default_chat = model
     settings = {
         "TULIP_SUMMARIZE_OVER_TOKENS": "150",
+        "TULIP_SUMMARY_STEP_TOKENS": "1",  # summarize every new turn: the test waits for all
         "TULIP_SUMMARY_KEEP_RECENT": "4",
         "TULIP_SUMMARY_MODEL": "openai/summary-model",
         "OPENAI_API_BASE": fake_openai.url,

@@ -13,14 +13,15 @@ import redis
 from tests.producer.queues import with_db
 from tests.support.openai_server import FakeOpenAI, Reply
 from tests.support.pg import app_store
-from tulip_memory.delta import DeltaCheckpointer, FileDeltaStorage
+from tulip_memory.compactor import estimate_message_tokens
+from tulip_memory.delta import DeltaCheckpointer, FileDeltaStorage, InMemoryObjectStorage
 from tulip_memory.delta.tenants import tenant_checkpointer
 from tulip_memory.messages import Message, Role, ToolCall
 from tulip_memory.state import AgentState
-from tulip_memory.summaries import SummaryStore, compacted_view, summary_range
+from tulip_memory.summaries import SummaryBudget, SummaryStore, compacted_view, summary_range
 from tulip_memory.summarize import SummarizationError
 from tulip_producer import AsyncReader
-from tulip_workers.summarizer import SummaryScheduler, SummaryWorker
+from tulip_workers.summarizer import SummaryScheduler, SummaryTrigger, SummaryWorker
 
 MODEL = "openai/summary-model"
 
@@ -145,3 +146,54 @@ async def test_compacted_view_uses_a_matching_summary_and_never_a_stale_one(
             await reader.load(thread, view="weird", tenant=T)  # type: ignore[arg-type]
     finally:
         await store.close()
+
+
+async def test_summary_jobs_on_a_600_turn_thread_stay_within_the_step_rule(
+    scheduler: tuple[SummaryScheduler, list[tuple[str, str]]],
+) -> None:
+    sched, sent = scheduler
+    base = DeltaCheckpointer(InMemoryObjectStorage())
+    checkpointer = tenant_checkpointer(base, T)
+    summaries = SummaryStore(checkpointer.storage)
+    budget = SummaryBudget(over_tokens=1500, step_tokens=375)  # short messages: ~12 tokens
+    trigger = SummaryTrigger(budget, sched)
+    worker = SummaryWorker(checkpointer=base, scheduler=sched, step_tokens=375)
+    thread = f"t-{uuid.uuid4().hex}"
+    msgs = chat(300)  # 600 turns after the system prompt
+    most = max(estimate_message_tokens(m) for m in msgs)
+    jobs = checkpoints = 0
+    for n in range(2, len(msgs) + 1):
+        messages = msgs[:n]
+        await checkpointer.save(AgentState(messages=tuple(messages)), thread)
+        checkpoints += 1
+        before = budget.covered_end(messages, await summaries.get(thread))
+        if await trigger.checkpointed(T, thread, messages, summaries):
+            assert budget.due(messages, before)  # scheduled only when a step is due
+            assert sent.pop() == (T, thread)
+            assert await worker.run(T, thread) == "summarized"
+            jobs += 1
+        summary = await summaries.get(thread)
+        end = budget.covered_end(messages, summary)
+        # Never lagging: what no summary covers stays under a step (plus one turn).
+        assert budget.unsummarized(messages, end) < budget.step_tokens + most or (
+            sum(estimate_message_tokens(m) for m in messages) <= budget.over_tokens
+        )
+        if summary is not None and n % 7 == 0:  # the compacted view between jobs
+            view = compacted_view(messages, summary)
+            assert view is not None and view[: summary.start] == messages[: summary.start]
+            assert view[summary.start + 1 :] == messages[summary.end :]
+    middle = sum(estimate_message_tokens(m) for m in msgs[5:-10])
+    assert 10 <= jobs <= middle // budget.step_tokens + 1
+    assert jobs / checkpoints <= 0.05
+    assert not sched.pending(T, thread)
+
+
+def test_the_budget_counts_only_what_a_job_would_add() -> None:
+    budget = SummaryBudget(over_tokens=10, step_tokens=50, keep_recent=4)
+    msgs = chat(40)
+    wanted = budget.range(msgs)
+    tokens = [estimate_message_tokens(m) for m in msgs]
+    assert budget.unsummarized(msgs, None) == sum(tokens[wanted.start : wanted.end])
+    assert budget.unsummarized(msgs, wanted.end) == 0 and not budget.due(msgs, wanted.end)
+    assert budget.due(msgs, None)
+    assert not SummaryBudget(over_tokens=10**6, step_tokens=1).due(msgs, None)  # under budget
