@@ -207,3 +207,19 @@ def test_state_round_trip_of_a_thread() -> None:
     state = AgentState(messages=grow(5)[-1].messages, metadata={"x": [1, 2.5, None]})
     latest = seg.encode(state.to_checkpoint(), None, 6).latest
     assert AgentState.from_checkpoint(latest.data) == state
+
+
+async def test_tenants_share_one_cache_budget_and_never_each_others_entries() -> None:
+    from tulip_memory.delta.tenants import tenant_checkpointer
+
+    base = DeltaCheckpointer(InMemoryObjectStorage(), latest_cache=LatestCache(max_threads=3))
+    acme, globex = tenant_checkpointer(base, "acme"), tenant_checkpointer(base, "globex")
+    a_states, g_states = grow(4), grow(4, metadata=lambda i: {"tenant": "globex", "i": i})
+    for a_state, g_state in zip(a_states, g_states, strict=True):
+        await acme.save(a_state, "t")
+        await globex.save(g_state, "t")
+    assert len(base.latest_cache) == 2 and len(acme.latest_cache) == 2  # one shared budget
+    assert await acme.load("t") == a_states[-1] and await globex.load("t") == g_states[-1]
+    for n in range(5):
+        await tenant_checkpointer(base, f"other-{n}").save(a_states[0], "t")
+    assert len(base.latest_cache) == 3

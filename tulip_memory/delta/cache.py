@@ -29,42 +29,72 @@ class Cached:
 
 
 class LatestCache:
-    """Latest states by thread id, least recently used first out."""
+    """Latest states by thread id, least recently used first out.
+
+    :meth:`scoped` gives a view whose thread ids are another namespace (a tenant's)
+    sharing these bounds, so any number of per-tenant checkpointers stay within one
+    budget.
+    """
 
     def __init__(self, max_threads: int = MAX_THREADS, max_bytes: int = MAX_BYTES) -> None:
         if max_threads < 0 or max_bytes < 0:
             raise ValueError("cache bounds must be >= 0")
-        self.max_threads = max_threads
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[str, Cached] = OrderedDict()
-        self._bytes = 0
+        self._shared = _Entries(max_threads, max_bytes)
+        self._scope = ""
+
+    def scoped(self, scope: str) -> LatestCache:
+        """A view of this cache for another namespace of thread ids."""
+        view = LatestCache.__new__(LatestCache)
+        view._shared = self._shared
+        view._scope = f"{self._scope}{len(scope)}:{scope}\x1f"
+        return view
+
+    @property
+    def max_threads(self) -> int:
+        return self._shared.max_threads
+
+    @property
+    def max_bytes(self) -> int:
+        return self._shared.max_bytes
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._shared.entries)
 
     @property
     def bytes(self) -> int:
-        return self._bytes
+        return self._shared.bytes
 
     def get(self, thread_id: str, latest: tuple[int, str] | None, digest: str) -> Latest | None:
         """The state cached for ``thread_id`` if it is that checkpoint, else None."""
-        entry = self._entries.get(thread_id)
+        key = self._scope + thread_id
+        entry = self._shared.entries.get(key)
         if entry is None or entry.latest != latest or entry.state.digest != digest:
             return None
-        self._entries.move_to_end(thread_id)
+        self._shared.entries.move_to_end(key)
         return entry.state
 
     def put(self, thread_id: str, latest: tuple[int, str], state: Latest) -> None:
         self.drop(thread_id)
-        if state.size > self.max_bytes or self.max_threads == 0:
+        shared = self._shared
+        if state.size > shared.max_bytes or shared.max_threads == 0:
             return
-        self._entries[thread_id] = Cached(latest, state)
-        self._bytes += state.size
-        while len(self._entries) > self.max_threads or self._bytes > self.max_bytes:
-            _, old = self._entries.popitem(last=False)
-            self._bytes -= old.state.size
+        shared.entries[self._scope + thread_id] = Cached(latest, state)
+        shared.bytes += state.size
+        while len(shared.entries) > shared.max_threads or shared.bytes > shared.max_bytes:
+            _, old = shared.entries.popitem(last=False)
+            shared.bytes -= old.state.size
 
     def drop(self, thread_id: str) -> None:
-        old = self._entries.pop(thread_id, None)
+        old = self._shared.entries.pop(self._scope + thread_id, None)
         if old is not None:
-            self._bytes -= old.state.size
+            self._shared.bytes -= old.state.size
+
+
+class _Entries:
+    """What the views of one cache share."""
+
+    def __init__(self, max_threads: int, max_bytes: int) -> None:
+        self.max_threads = max_threads
+        self.max_bytes = max_bytes
+        self.entries: OrderedDict[str, Cached] = OrderedDict()
+        self.bytes = 0

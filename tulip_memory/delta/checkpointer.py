@@ -67,6 +67,11 @@ class DeltaCheckpointer:
         self._latest = latest_cache if latest_cache is not None else LatestCache()
 
     @property
+    def latest_cache(self) -> LatestCache:
+        """The latest states this checkpointer keeps (see ``latest_cache``)."""
+        return self._latest
+
+    @property
     def policy(self) -> Policy:
         """The layout policy of the current settings."""
         return Policy(self.max_chain_depth, self.compression_level, self.max_epoch_age)

@@ -88,6 +88,7 @@ def tenant_checkpointer(base: DeltaCheckpointer, tenant: str) -> DeltaCheckpoint
         base.max_chain_depth,
         base.compression_level,
         max_epoch_age=base.max_epoch_age,
+        latest_cache=base.latest_cache.scoped(tenant),  # one budget for every tenant
     )
 
 
