@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from tulip_memory.errors import TulipMemoryError
 from tulip_ops.dev.supervisor import POOLED, ROLES
+from tulip_wire.logs import configure as configure_logs
 
 if TYPE_CHECKING:
     from tulip_ops.dev.stack import DevStack
@@ -54,6 +55,10 @@ _RST_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    try:
+        configure_logs()  # TULIP_LOG_FORMAT=json: the supervisor's own lines too
+    except ValueError as e:
+        return _fail(e, EXIT_USAGE)
     if not hasattr(args, "run"):
         parser.print_help()
         return EXIT_USAGE

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from celery import Celery
 
+from tulip_wire.logs import install_for_celery as install_json_logs
 from tulip_workers.redelivery import install as install_redelivery
 
 app = Celery("tulip_memory", include=["tulip_workers.tasks"])
 app.config_from_object("tulip_wire.celeryconfig")
 install_redelivery(app)
+install_json_logs()  # TULIP_LOG_FORMAT=json: our loggers as JSON lines
