@@ -12,6 +12,9 @@ import uuid
 import pytest
 
 from tests.support.openai_server import FakeOpenAI
+from tests.support.pg import app_store
+from tests.support.services import Postgres
+from tulip_memory.embeddings import embedder_from_env
 from tulip_ops.cli import _parser, version
 
 CLI = [sys.executable, "-m", "tulip_ops.cli"]
@@ -24,6 +27,10 @@ def run(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
         [*CLI, *argv], capture_output=True, text=True, timeout=120, check=False,
         env={**base, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **env},
     )  # fmt: skip
+
+
+def dsns(postgres: Postgres) -> dict[str, str]:
+    return {"TULIP_DATABASE_URL": postgres.app_dsn, "TULIP_DATABASE_ADMIN_URL": postgres.admin_dsn}
 
 
 def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
@@ -78,30 +85,35 @@ def test_configuration_errors_are_one_line(
     assert expected in one_error_line(run(*argv, **env))
 
 
-def test_an_unknown_provider_is_one_line_without_litellm_banners(pg_dsn: str) -> None:
+def test_an_unknown_provider_is_one_line_without_litellm_banners(postgres: Postgres) -> None:
     line = one_error_line(
-        run("reindex", "--model", "nosuchprovider/xyz", "--tenant", "acme",
-            TULIP_DATABASE_URL=pg_dsn)
-    )  # fmt: skip
+        run("reindex", "--model", "nosuchprovider/xyz", "--tenant", "acme", **dsns(postgres))
+    )
     assert line.count("unknown embedding model 'nosuchprovider/xyz'") == 1, line
     assert "Provider List" not in line and "Give Feedback" not in line
 
 
 def test_a_missing_api_key_is_refused_before_any_request(
-    pg_dsn: str, fake_openai: FakeOpenAI
+    postgres: Postgres, fake_openai: FakeOpenAI
 ) -> None:
     line = one_error_line(
         run("reindex", "--model", "openai/text-embedding-3-small", "--tenant", "acme",
-            "--api-base", fake_openai.url, TULIP_DATABASE_URL=pg_dsn)
+            "--api-base", fake_openai.url, **dsns(postgres))
     )  # fmt: skip
     assert "OPENAI_API_KEY is not set" in line
     assert fake_openai.requests == []  # refused, not retried
 
 
-def test_status_without_a_job_is_not_an_error(pg_dsn: str) -> None:
+async def test_status_without_a_job_is_not_an_error(postgres: Postgres) -> None:
     table = f"cli_{uuid.uuid4().hex[:8]}"
-    done = run("reindex", "--status", "--tenant", "acme",
-               TULIP_DATABASE_URL=pg_dsn, TULIP_MEMORY_TABLE=table)  # fmt: skip
+    # The table, migrated as its owner, with the embedder the CLI builds from the env.
+    store = app_store(postgres.app_dsn, table=table, embedder=embedder_from_env({}))
+    try:
+        assert await store.get(("acme", "users"), "nothing") is None
+    finally:
+        await store.close()
+    done = run("reindex", "--status", "--tenant", "acme", TULIP_MEMORY_TABLE=table,
+               **dsns(postgres))  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (
         "no reindex job for tenant 'acme'; `tulip-memory reindex --model NEW` starts one"
