@@ -56,6 +56,7 @@ from tulip_wire.events import (
 from tulip_wire.pending import PendingStates
 from tulip_wire.published import PublishedEvents
 from tulip_wire.routing import ShardRouter, stable_hash
+from tulip_wire.signing import signer_of
 from tulip_wire.topology import CHECKPOINT_QUEUE_PREFIX, EXTRACT_QUEUE_PREFIX, SEQ_KEY_PREFIX
 
 KEY_LOCK_STRIPES = 64
@@ -158,6 +159,7 @@ class _Publisher:
     def __init__(self, settings: ProducerSettings, claims: ClaimCheckStore) -> None:
         self._max_bytes = settings.max_event_bytes
         self._claims = claims
+        self._signer = signer_of(settings.signing_key)
         self._routers = routers(settings)
         self._redis = _redis_client(settings)
         self._pending = PendingStates(self._redis)
@@ -212,12 +214,17 @@ class _Publisher:
             )
 
     def _wire(self, env: Envelope) -> str:
-        """The encoded envelope; a payload that would make it too large goes by reference."""
-        text = encode(env)
+        """The encoded envelope (signed when a key is set); a payload that would make it
+        too large goes by reference."""
+        text = encode(self._signed(env))
         if len(text.encode("utf-8")) <= self._max_bytes:
             return text
         payload = json.dumps(env.payload, ensure_ascii=False, allow_nan=False)
-        return encode(env.with_ref(self._claims.put(env.id, payload.encode("utf-8"))))
+        ref = self._claims.put(env.id, payload.encode("utf-8"))
+        return encode(self._signed(env.with_ref(ref)))
+
+    def _signed(self, env: Envelope) -> Envelope:
+        return env if self._signer is None else self._signer.sign(env)
 
     def put_pending(
         self, tenant: str, thread_id: str, checkpoint_id: str, state: dict[str, Any]

@@ -19,6 +19,8 @@ from tulip_wire.endpoints import BROKER_SCHEMES, REDIS_SCHEMES, scheme_of
 from tulip_wire.events import DEFAULT_MAX_EVENT_BYTES
 from tulip_wire.published import DEFAULT_STATUS_TTL
 from tulip_wire.redact import redact_url
+from tulip_wire.signing import ENV_VAR as SIGNING_ENV_VAR
+from tulip_wire.signing import signer_of
 
 #: Named in the refusal when no broker is configured; never used as a default: a
 #: guessed ``redis://127.0.0.1:6379/0`` would publish into whatever Redis the host runs.
@@ -53,6 +55,8 @@ class ProducerSettings:
     claim_check_url: str = ""
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     s3_endpoint_url: str | None = None
+    #: ``TULIP_EVENT_SIGNING_KEY``: every envelope is signed with it (never in ``repr``).
+    signing_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         spool_dir = Path(self.spool_dir).absolute()
@@ -69,6 +73,7 @@ class ProducerSettings:
         _check_timeout("status_ttl", self.status_ttl)
         _check_positive("max_event_bytes", self.max_event_bytes)
         _check_timeout("publish_timeout", self.publish_timeout)
+        signer_of(self.signing_key)  # a key too short fails here, naming the variable
 
     @property
     def broker_is_amqp(self) -> bool:
@@ -98,6 +103,7 @@ class ProducerSettings:
             claim_check_url=claim_check_url_from_env(env),
             max_event_bytes=_int(env, "TULIP_MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),
             s3_endpoint_url=env.get("TULIP_S3_ENDPOINT_URL") or None,
+            signing_key=env.get(SIGNING_ENV_VAR) or None,
         )
 
 

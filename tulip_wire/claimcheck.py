@@ -115,9 +115,16 @@ class ClaimCheckStore:
         digest = hashlib.sha256(data).hexdigest()
         return PayloadRef(url=f"{self.root}/{key}", sha256=digest, size=len(data))
 
-    def get(self, ref: PayloadRef) -> bytes:
-        """The payload's bytes, exactly as stored; :class:`EventError` otherwise."""
-        key, event_id = self._key(ref)
+    def get(self, ref: PayloadRef, event_id: str) -> bytes:
+        """The payload ``event_id`` stored, exactly as stored; :class:`EventError`
+        otherwise, also when ``ref`` names another event's object (a forged event
+        reusing a genuine one's claim check)."""
+        key, owner = self._key(ref)
+        if owner != event_id:
+            raise EventError(
+                f"payload_ref {ref.url!r} is the claim check of event {owner}, not of this one",
+                event_id,
+            )
         data = self.objects.read(key)
         if data is None:
             raise EventError(f"claim-check payload missing: {ref.url}", event_id)

@@ -10,6 +10,7 @@ Wire shape (schema version 1)::
     {"v": 1, "id": "<32 hex>", "type": "session.ended", "key": "<routing key>",
      "seq": 7, "ts": 1764437000.25, "payload": {...}}               # inline, or
     {..., "payload": null, "payload_ref": {"url": "...", "sha256": "...", "size": 123}}
+    {..., "sig": "<64 hex: HMAC-SHA256, when TULIP_EVENT_SIGNING_KEY is set>"}
 
 ``key`` is the ordering key: the namespace (parts joined by ``\\x1f``) for
 ``session.ended``, the tenant and the thread id (joined by ``\\x1f``:
@@ -88,12 +89,14 @@ class Envelope:
     ts: float = 0.0
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     v: int = SCHEMA_VERSION
+    #: HMAC signature (:mod:`tulip_wire.signing`); a change of any signed field drops it.
+    sig: str | None = None
 
     def with_seq(self, seq: int) -> Envelope:
-        return replace(self, seq=seq)
+        return replace(self, seq=seq, sig=None)
 
     def with_ref(self, ref: PayloadRef) -> Envelope:
-        return replace(self, payload=None, payload_ref=ref)
+        return replace(self, payload=None, payload_ref=ref, sig=None)
 
     @property
     def task(self) -> str:
@@ -111,6 +114,8 @@ class Envelope:
         }
         if self.payload_ref is not None:
             d["payload_ref"] = self.payload_ref.to_dict()
+        if self.sig is not None:
+            d["sig"] = self.sig
         return d
 
 
@@ -227,6 +232,7 @@ def _decode(text: object, max_bytes: int | None) -> Envelope:
         ts=float(_field(raw, "ts", (int, float), event_id)),
         payload=raw.get("payload"),
         payload_ref=_ref(raw.get("payload_ref"), event_id),
+        sig=_sig(raw.get("sig"), event_id),
     )
     validate(env)
     return env
@@ -263,6 +269,14 @@ def _check_storable(raw: Any, event_id: str | None) -> None:
                 item.encode("utf-8")
             except UnicodeEncodeError as e:
                 raise EventError("the event's text holds a lone UTF-16 surrogate", event_id) from e
+
+
+def _sig(raw: Any, event_id: str | None) -> str | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or len(raw) != 64 or not all(c in "0123456789abcdef" for c in raw):
+        raise EventError("sig must be 64 lower-case hex digits", event_id)
+    return raw
 
 
 def validate(env: Envelope) -> None:

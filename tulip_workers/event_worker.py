@@ -29,6 +29,7 @@ from tulip_wire.events import (
     decode,
     decode_payload,
 )
+from tulip_wire.signing import ForgedEvent, Signer, forged_event_id
 from tulip_workers.deadletters import (
     MAX_REASON_CHARS,
     UNKNOWN_TENANT,
@@ -59,7 +60,7 @@ def tenant_of_event(env: Envelope | None) -> str:
 class ClaimStore(Protocol):
     """Where claim-checked payloads are fetched from."""
 
-    def get(self, ref: PayloadRef) -> bytes: ...
+    def get(self, ref: PayloadRef, event_id: str) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ class EventWorker(ABC):
     dead_letters: DeadLetters = field(default_factory=DeadLetters)
     max_body_bytes: int | None = None
     max_claim_bytes: int = DEFAULT_MAX_CLAIM_BYTES
+    #: With a signer, only events signed by one of its keys are applied.
+    signer: Signer | None = None
     _ready: bool = False
 
     async def handle_durably(
@@ -173,10 +176,15 @@ class EventWorker(ABC):
             env = decode(body, max_bytes=self.max_body_bytes)
             if task_id is not None and env.id != task_id:
                 raise EventError(f"event id does not match its task id {task_id!r}", env.id)
+            if self.signer is not None:
+                self.signer.verify(env)
         except EventError as e:
             # The broker's task id is the producer's event id; a malformed body's own
-            # "id" is not trusted to name the ledger row.
-            return await self._dead(body, task_id or e.event_id or "unknown", e.reason, attempts=1)
+            # "id" is not trusted to name the ledger row, nor a forgery's either.
+            event_id = task_id or e.event_id or "unknown"
+            if isinstance(e, ForgedEvent):
+                event_id = forged_event_id(body)
+            return await self._dead(body, event_id, e.reason, attempts=1)
         if await self._done(env.id):
             return Outcome(DUPLICATE, env.id, env.key)
         return await self._attempts(body, env)
@@ -232,7 +240,7 @@ class EventWorker(ABC):
                 f"{self.max_claim_bytes} of TULIP_MAX_CLAIM_BYTES",
                 env.id,
             )
-        raw = await asyncio.to_thread(self.claims.get, env.payload_ref)
+        raw = await asyncio.to_thread(self.claims.get, env.payload_ref, env.id)
         return decode_payload(env, raw)
 
     async def _dead(

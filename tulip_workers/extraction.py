@@ -3,7 +3,8 @@ session's turns together with the event's ledger row, exactly once, in order.
 
 The whole effect of an event (memory upserts fenced by its sequence number, pruning,
 turns, the ledger row) commits in one transaction, so a redelivered event is a no-op
-and an older event never overwrites what a newer one wrote.
+and an older event never overwrites what a newer one wrote (its outcome is then
+``superseded``).
 """
 
 from __future__ import annotations
@@ -18,11 +19,18 @@ from tulip_memory.messages import Message, message_id
 from tulip_memory.store.postgres.store import TurnsIn
 from tulip_memory.times import TIME_FIELD, iso, parse_time, stated_time
 from tulip_wire.events import Envelope, decode_messages
-from tulip_workers.event_worker import APPLIED, DEAD, DUPLICATE, AlreadyApplied, EventWorker
+from tulip_workers.event_worker import (
+    APPLIED,
+    DEAD,
+    DUPLICATE,
+    SUPERSEDED,
+    AlreadyApplied,
+    EventWorker,
+)
 from tulip_workers.extractors import Extractor
 from tulip_workers.turns import Clock, SessionTurns, session_turns, turn_context
 
-__all__ = ["APPLIED", "DEAD", "DUPLICATE", "ExtractionWorker"]
+__all__ = ["APPLIED", "DEAD", "DUPLICATE", "SUPERSEDED", "ExtractionWorker"]
 
 TYPES = tuple(t.value for t in MemoryType)
 
@@ -51,6 +59,7 @@ class ExtractionWorker(EventWorker):
             _, completion = await self.store.prepare_event([], done)
         try:
             async with self.store.transaction(ns[0]) as tx:
+                newest = await self.ledger.newest_applied_seq(tx.conn, env.type, env.key)
                 claimed = await self.ledger.claim(
                     tx.conn,
                     event_id=env.id,
@@ -73,7 +82,7 @@ class ExtractionWorker(EventWorker):
                     await tx.prune((*ns, kind), self.max_memories)
         except AlreadyApplied:
             return DUPLICATE
-        return APPLIED
+        return SUPERSEDED if _fenced(env.seq, newest) else APPLIED
 
     async def _turns(
         self,
@@ -101,6 +110,13 @@ class ExtractionWorker(EventWorker):
                 except (KeyError, TypeError, ValueError):
                     continue  # a row written outside the pipeline, not a memory
         return out
+
+
+def _fenced(seq: int | None, newest: int | None) -> bool:
+    """Whether a newer event of the key was applied first: this one's writes then lose
+    to its rows under the sequence fence (a replay, a late redelivery, or a forged
+    event that took a high seq), so its outcome is ``superseded``, not ``applied``."""
+    return seq is not None and newest is not None and seq < newest
 
 
 def stamped(messages: Sequence[Message], clock: Clock) -> list[Message]:

@@ -24,6 +24,7 @@ from tulip_wire.env import positive_int, redis_url
 from tulip_wire.events import DEFAULT_MAX_CLAIM_BYTES, DEFAULT_MAX_EVENT_BYTES
 from tulip_wire.pending import PendingStates, pending_states
 from tulip_wire.redact import redact_url
+from tulip_wire.signing import signer_from_env
 from tulip_wire.topology import SUMMARIZE_QUEUE, SUMMARIZE_TASK
 from tulip_workers.checkpoints import CheckpointWorker
 from tulip_workers.extraction import ExtractionWorker
@@ -62,6 +63,7 @@ class WorkerRuntime:
                     store=store_from_env(),
                     extractor=_extractor_from_env(),
                     claims=_claims_from_env(),
+                    signer=signer_from_env(os.environ),
                     max_memories=positive_int("TULIP_MAX_MEMORIES", 50),
                     **_event_limits(),
                 )
@@ -75,6 +77,7 @@ class WorkerRuntime:
                     checkpointer=checkpointer_from_env(),
                     pending=_pending_from_env(),
                     claims=_claims_from_env(),
+                    signer=signer_from_env(os.environ),
                     scheduler=_scheduler_from_env(),
                     summary_budget=summary_budget_from_env(),
                     **_event_limits(),

@@ -38,6 +38,21 @@ def event_id() -> str:
     return uuid.uuid4().hex
 
 
+def owner(ref: PayloadRef) -> str:
+    """The event id whose object ``ref`` names."""
+    return ref.url.rsplit("/", 1)[1].removesuffix(".json")
+
+
+def test_a_claim_check_serves_only_the_event_that_stored_it(store: ClaimCheckStore) -> None:
+    """A forged event reusing a genuine event's payload_ref gets nothing."""
+    victim, forger = event_id(), event_id()
+    ref = store.put(victim, b'{"namespace": ["acme", "u1"]}')
+    with pytest.raises(EventError, match=f"claim check of event {victim}") as e:
+        store.get(ref, forger)
+    assert e.value.event_id == forger
+    assert store.get(ref, victim) == b'{"namespace": ["acme", "u1"]}'
+
+
 def test_get_returns_exactly_the_bytes_put(store: ClaimCheckStore) -> None:
     data = os.urandom(300_000) + "ünïcode".encode()
     eid = event_id()
@@ -45,30 +60,30 @@ def test_get_returns_exactly_the_bytes_put(store: ClaimCheckStore) -> None:
     assert ref.size == len(data)
     assert ref.sha256 == hashlib.sha256(data).hexdigest()
     assert ref.url == f"{store.root}/{eid[:2]}/{eid}.json"
-    assert store.get(ref) == data
+    assert store.get(ref, owner(ref)) == data
 
 
 def test_putting_again_replaces_the_object(store: ClaimCheckStore) -> None:
     eid = event_id()
     store.put(eid, b"first")
     ref = store.put(eid, b"second, longer")
-    assert store.get(ref) == b"second, longer"
+    assert store.get(ref, owner(ref)) == b"second, longer"
 
 
 def test_a_missing_object_is_an_event_error_naming_it(store: ClaimCheckStore) -> None:
     eid = event_id()
     ref = PayloadRef(url=f"{store.root}/{eid[:2]}/{eid}.json", sha256="0" * 64, size=3)
     with pytest.raises(EventError, match="claim-check payload missing") as e:
-        store.get(ref)
+        store.get(ref, owner(ref))
     assert e.value.event_id == eid and ref.url in e.value.reason
 
 
 def test_a_wrong_size_or_digest_is_an_event_error(store: ClaimCheckStore) -> None:
     ref = store.put(event_id(), b'{"messages": []}')
     with pytest.raises(EventError, match="bytes, the reference says"):
-        store.get(PayloadRef(url=ref.url, sha256=ref.sha256, size=ref.size + 1))
+        store.get(PayloadRef(url=ref.url, sha256=ref.sha256, size=ref.size + 1), owner(ref))
     with pytest.raises(EventError, match="does not match its sha256"):
-        store.get(PayloadRef(url=ref.url, sha256="0" * 64, size=ref.size))
+        store.get(PayloadRef(url=ref.url, sha256="0" * 64, size=ref.size), owner(ref))
 
 
 @pytest.mark.parametrize("bad", ["", "../../etc/passwd", "A" * 32, "0" * 31, "g" * 32])
@@ -89,7 +104,7 @@ def test_event_ids_are_checked_so_keys_are_safe(store: ClaimCheckStore, bad: str
 def test_references_outside_the_store_are_refused(store: ClaimCheckStore, path: str) -> None:
     for url in (f"{store.root}/{path}", f"file:///etc/{path}"):
         with pytest.raises(EventError, match="is not an object of the store"):
-            store.get(PayloadRef(url=url, sha256="0" * 64, size=1))
+            store.get(PayloadRef(url=url, sha256="0" * 64, size=1), "1" * 32)
 
 
 def test_a_tampered_file_fails(tmp_path: Path) -> None:
@@ -99,10 +114,10 @@ def test_a_tampered_file_fails(tmp_path: Path) -> None:
     path = tmp_path / eid[:2] / f"{eid}.json"
     path.write_bytes(b'{"messages": ["HELLO"]}')  # same size, other bytes
     with pytest.raises(EventError, match="does not match its sha256"):
-        store.get(ref)
+        store.get(ref, owner(ref))
     path.write_bytes(b'{"messages": [')  # truncated
     with pytest.raises(EventError, match="bytes, the reference says"):
-        store.get(ref)
+        store.get(ref, owner(ref))
 
 
 def test_a_tampered_s3_object_fails(s3_endpoint: str, bucket: str) -> None:
@@ -114,10 +129,10 @@ def test_a_tampered_s3_object_fails(s3_endpoint: str, bucket: str) -> None:
     assert client.get_object(Bucket=bucket, Key=key)["Body"].read() == b'{"messages": ["hello"]}'
     client.put_object(Bucket=bucket, Key=key, Body=b'{"messages": ["HELLO"]}')
     with pytest.raises(EventError, match="does not match its sha256"):
-        store.get(ref)
+        store.get(ref, owner(ref))
     client.delete_object(Bucket=bucket, Key=key)
     with pytest.raises(EventError, match="missing"):
-        store.get(ref)
+        store.get(ref, owner(ref))
 
 
 def test_the_s3_endpoint_comes_from_the_environment(
@@ -126,16 +141,17 @@ def test_the_s3_endpoint_comes_from_the_environment(
     monkeypatch.setenv("TULIP_S3_ENDPOINT_URL", s3_endpoint)
     store = ClaimCheckStore.from_url(f"s3://{bucket}")
     ref = store.put(event_id(), b"payload")
-    assert ref.url.startswith(f"s3://{bucket}/") and store.get(ref) == b"payload"
+    assert ref.url.startswith(f"s3://{bucket}/") and store.get(ref, owner(ref)) == b"payload"
 
 
 def test_memory_stores_on_one_url_share_their_objects() -> None:
     url = f"memory://{uuid.uuid4().hex}"
     ref = ClaimCheckStore.from_url(url).put(event_id(), b"shared")
-    assert ClaimCheckStore.from_url(url).get(ref) == b"shared"
+    assert ClaimCheckStore.from_url(url).get(ref, owner(ref)) == b"shared"
     with pytest.raises(EventError, match="missing"):
         ClaimCheckStore.from_url(url + "-other").get(
-            PayloadRef(url=ref.url.replace(url, url + "-other"), sha256=ref.sha256, size=6)
+            PayloadRef(url=ref.url.replace(url, url + "-other"), sha256=ref.sha256, size=6),
+            owner(ref),
         )
 
 

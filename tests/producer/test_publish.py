@@ -202,7 +202,7 @@ def test_a_payload_over_the_limit_travels_by_claim_check(
     assert len(delivered[big_id].args[0].encode()) <= 4096
     ref = env.payload_ref
     assert ref.url.startswith(url)
-    data = ClaimCheckStore.from_url(url, endpoint_url=endpoint).get(ref)
+    data = ClaimCheckStore.from_url(url, endpoint_url=endpoint).get(ref, big_id)
     assert ref.size == len(data) > 20_000
     payload = json.loads(data)
     assert payload["messages"] == [{**big[0], **payload["messages"][0]}, big[1]]

@@ -111,7 +111,7 @@ def test_spool_directory_and_files_are_owner_only(tmp_path: Path, open_umask: No
 def test_claim_checks_are_owner_only(tmp_path: Path, open_umask: None) -> None:
     store = ClaimCheckStore.from_url(f"file://{tmp_path / 'claims'}")
     ref = store.put("ab" * 16, b'{"messages": "private"}')
-    assert store.get(ref) == b'{"messages": "private"}'
+    assert store.get(ref, "ab" * 16) == b'{"messages": "private"}'
     root = tmp_path / "claims"
     assert _mode(root) == 0o700 and _mode(root / "ab") == 0o700
     assert _mode(root / "ab" / f"{'ab' * 16}.json") == 0o600

@@ -22,7 +22,7 @@ from tulip_memory.messages import Message, Role
 from tulip_memory.store import PgMemory
 from tulip_producer.reader import AsyncReader
 from tulip_wire.events import Envelope, encode, session_ended
-from tulip_workers.extraction import APPLIED, DEAD, DUPLICATE, ExtractionWorker
+from tulip_workers.extraction import APPLIED, DEAD, DUPLICATE, SUPERSEDED, ExtractionWorker
 from tulip_workers.extractors import LLMStep, heuristic
 from tulip_workers.retry import RetryPolicy
 
@@ -72,7 +72,7 @@ async def test_an_older_event_never_overwrites_a_newer_fact(
     newer = event(ns, "Actually, my favourite colour is green.", seq=2)
     older = event(ns, "My favourite colour is blue.", seq=1)
     assert await worker.handle(encode(newer)) == APPLIED
-    assert await worker.handle(encode(older)) == APPLIED  # late replay: recorded, fenced
+    assert await worker.handle(encode(older)) == SUPERSEDED  # late replay: recorded, fenced
     recalled = await reader.recall(ns, "favourite colour")
     assert "green" in recalled[0].content and "blue" not in recalled[0].content
 
