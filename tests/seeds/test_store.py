@@ -86,6 +86,30 @@ async def test_in_memory_store_accepts_an_embedder_without_model(tenant: str) ->
     assert hits[0].item.key == "b" and embedder.calls >= 3
 
 
+async def test_a_batch_embedder_is_called_once_per_batch(tenant: str) -> None:
+    class Batch:
+        """The turn store's EmbeddingBackend shape: batch ``embed`` and ``aembed``."""
+
+        dimension = 3
+        model = "batch-model"
+
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            raise AssertionError("the async batch method is the one to use")
+
+        async def aembed(self, texts: list[str]) -> list[list[float]]:
+            self.calls.append(list(texts))
+            return [[1.0, float(len(t)), 0.5] for t in texts]
+
+    embedder = Batch()
+    store = InMemoryStore(embedder=embedder)
+    await store.put_batch([((tenant,), "a", "x", None), ((tenant,), "b", "yy", None)])
+    assert embedder.calls == [["x", "yy"]]
+    assert await store.get_embedding((tenant,), "b") == [1.0, 2.0, 0.5]
+
+
 def test_an_embedder_without_dimension_or_embed_is_refused_at_construction() -> None:
     class NoEmbed:
         dimension = 8

@@ -2,7 +2,8 @@
 
 The seed's stores take any ``tulip.rag.embeddings.base.BaseEmbedding``: something with
 an integer ``dimension`` and ``embed(text)`` (a coroutine or a plain function) that
-returns the text's vector; ``embed_batch(texts)`` is used when present. Nothing more is
+returns the text's vector. A batch method is used when present: ``aembed(texts)`` (the
+``EmbeddingBackend`` of the turn store) or ``embed_batch(texts)``. Nothing more is
 required. The stores here also need a stable model name (it keys the query cache and
 names the vector slot a table's vectors belong to), so :func:`as_embedder` takes the
 embedder's ``model`` (or ``model_name``) when it has one and otherwise derives a label
@@ -90,7 +91,7 @@ class SeedEmbedding(BaseEmbedding):
     async def aembed(self, texts: Sequence[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self._dimension), dtype=np.float32)
-        batch = getattr(self.inner, "embed_batch", None)
+        batch = getattr(self.inner, "aembed", None) or getattr(self.inner, "embed_batch", None)
         if callable(batch):
             rows = await _call(batch, list(texts))
         else:
