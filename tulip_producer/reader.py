@@ -11,6 +11,7 @@ import asyncio
 import os
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from tulip_memory._portal import Portal
@@ -155,11 +156,17 @@ class AsyncReader:
         query: str,
         top_k: int = 5,
         threshold: float | None = None,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[TurnHit]:
         """The completed turns of ``namespace`` most relevant to ``query`` (hybrid BM25 +
         cosine, complete whatever other tenants hold); ``turn_index`` is the turn's
-        position within its session."""
-        matches = await self.store.search_turns(namespace, query, top_k, threshold)
+        position within its session. ``since`` / ``until`` (timezone-aware) keep the
+        turns whose time is in ``[since, until)``."""
+        matches = await self.store.search_turns(
+            namespace, query, top_k, threshold, since=since, until=until
+        )
         return [TurnHit(m.score, m.turn, m.position, m.text, m.metadata) for m in matches]
 
     async def status(self, event_id: str) -> EventStatus:
@@ -214,8 +221,13 @@ class Reader:
         query: str,
         top_k: int = 5,
         threshold: float | None = None,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[TurnHit]:
-        return self._call(self.aio.recall_turns(namespace, query, top_k, threshold))
+        return self._call(
+            self.aio.recall_turns(namespace, query, top_k, threshold, since=since, until=until)
+        )
 
     def status(self, event_id: str) -> EventStatus:
         return self._call(self.aio.status(event_id))

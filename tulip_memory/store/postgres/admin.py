@@ -19,6 +19,7 @@ Role names are cluster-wide in Postgres; ``tulip_owner``, ``tulip_dml`` and
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,6 +27,8 @@ from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from tulip_memory.errors import TenantIsolationError
+
+log = logging.getLogger(__name__)
 
 OWNER, DML, OPS = "tulip_owner", "tulip_dml", "tulip_ops"
 _ROLE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -85,6 +88,7 @@ async def provision_app_role(
     conn = await asyncpg.connect(admin_dsn)
     try:
         await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        await _leakproof_match(conn)
         await _roles(conn, role, password, ops_password)
         await _schema(conn, role, schema)
         await _transfer(conn, role, schema)
@@ -95,6 +99,31 @@ async def provision_app_role(
     async with as_owner(admin_dsn) as owner:
         await EventLedger().migrate(owner)
     return dsn_for_role(admin_dsn, role, password)
+
+
+async def _leakproof_match(conn: Any) -> None:
+    """Let the application role's full-text lookups use the GIN index under forced
+    row-level security: mark ``tsvector @@ tsquery`` (``ts_match_vq``) leakproof (see
+    :mod:`~tulip_memory.store.postgres.plan` for why that is sound). Only a superuser
+    may; without one recall stays exact (complete, linear in a namespace's rows)."""
+    import asyncpg
+
+    if await conn.fetchval(_MATCH_LEAKPROOF):
+        return
+    try:
+        await conn.execute("ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF")
+    except asyncpg.InsufficientPrivilegeError as e:
+        log.warning(
+            "cannot mark tsvector @@ tsquery leakproof (%s): recall of big namespaces "
+            "stays an exact scan; a superuser can run ALTER FUNCTION "
+            "pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF",
+            e,
+        )
+
+
+_MATCH_LEAKPROOF = """
+SELECT proleakproof FROM pg_proc
+WHERE oid = 'pg_catalog.ts_match_vq(tsvector, tsquery)'::regprocedure"""
 
 
 async def _ensure_role(conn: Any, role: str, attributes: str, password: str | None) -> None:

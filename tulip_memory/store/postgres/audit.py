@@ -4,7 +4,8 @@ An admin tool (``dlq``, an all-tenant ``reindex``) reads and writes every tenant
 rows. A trigger, rule or policy on one of its tables runs with the tool's rights, so
 before it acts the tool checks each table: owned by the owner role, carrying exactly
 the policies its migrations created (row-level security enabled and forced where they
-forced it), and no trigger or rule at all (the migrations create none). Anything else
+forced it), no trigger but those its migrations created (the namespace counters of the
+recall plan) calling a function the owner role owns, and no rule at all. Anything else
 is refused in one line that says what was found and where.
 """
 
@@ -19,13 +20,20 @@ from tulip_memory.errors import TenantIsolationError
 from tulip_memory.store.postgres.admin import OWNER
 
 _POLICY = re.compile(r"CREATE\s+POLICY\s+(\w+)\s+ON\s+([\w.]+)", re.IGNORECASE)
+_TRIGGER = re.compile(
+    r"CREATE\s+TRIGGER\s+(\w+)\s+(?:BEFORE|AFTER|INSTEAD\s+OF)\s+\w+\s+ON\s+([\w.]+)",
+    re.IGNORECASE,
+)
 _FORCED = re.compile(r"ALTER\s+TABLE\s+([\w.]+)\s+FORCE\s+ROW\s+LEVEL\s+SECURITY", re.IGNORECASE)
 
 _TABLE = """
 SELECT c.relowner::regrole::text AS owner, c.relrowsecurity AS rls,
        c.relforcerowsecurity AS forced
 FROM pg_class c WHERE c.oid = to_regclass($1)"""
-_TRIGGERS = "SELECT tgname FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal"
+_TRIGGERS = """
+SELECT t.tgname, p.proowner::regrole::text AS function_owner
+FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+WHERE t.tgrelid = $1::regclass AND NOT t.tgisinternal"""
 _RULES = "SELECT rulename FROM pg_rewrite WHERE ev_class = $1::regclass AND rulename <> '_RETURN'"
 _POLICIES = "SELECT polname FROM pg_policy WHERE polrelid = $1::regclass"
 
@@ -39,6 +47,7 @@ class Expected:
     """What the migrations leave on one table."""
 
     policies: set[str] = field(default_factory=set)
+    triggers: set[str] = field(default_factory=set)
     forced: bool = False
 
 
@@ -52,6 +61,8 @@ def expected_objects(table: str, statements: Iterable[str]) -> dict[str, Expecte
             out.setdefault(created, Expected())
         for policy, table in _POLICY.findall(stmt):
             out.setdefault(table, Expected()).policies.add(policy)
+        for trigger, table in _TRIGGER.findall(stmt):
+            out.setdefault(table, Expected()).triggers.add(trigger)
         for table in _FORCED.findall(stmt):
             out.setdefault(table, Expected()).forced = True
     return out
@@ -67,8 +78,9 @@ async def audit(conn: Any, expected: Mapping[str, Expected]) -> None:
             continue
         if row["owner"] != OWNER:
             _refuse(table, f"is owned by {row['owner']}, not {OWNER}", "run tulip-memory provision")
-        for name in [r[0] for r in await conn.fetch(_TRIGGERS, table)]:
-            _refuse(table, f"carries trigger {name!r}", f"DROP TRIGGER {name} ON {table}")
+        for name, owner in [tuple(r) for r in await conn.fetch(_TRIGGERS, table)]:
+            if name not in want.triggers or owner != OWNER:
+                _refuse(table, f"carries trigger {name!r}", f"DROP TRIGGER {name} ON {table}")
         for name in [r[0] for r in await conn.fetch(_RULES, table)]:
             _refuse(table, f"carries rule {name!r}", f"DROP RULE {name} ON {table}")
         for name in sorted({r[0] for r in await conn.fetch(_POLICIES, table)} - want.policies):

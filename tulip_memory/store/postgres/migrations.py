@@ -25,6 +25,89 @@ class Migration:
     needs_ann: bool = False
 
 
+def _ns_stats(t: str, p: str) -> tuple[str, ...]:
+    """``<t>_ns_stats``: each namespace's rows and the sum of their ``length(tsv)`` (the
+    recall plan's row count, and the bm25 document count and mean length of the index
+    path), kept exact by statement-level triggers over the rows each statement
+    inserted, updated or deleted; tenant-scoped like ``t``.
+
+    A namespace gets its counter at its first insert after this migration, counted
+    then from the table itself (the trigger runs in the writer's transaction, pinned
+    to the tenant, so it sees every row of the namespace): rows written before the
+    migration are counted too, although the migration itself (which runs under
+    row-level security) cannot see them. Until then the store reads no counter and
+    takes the exact path. When two first inserts race, the second one adds its own
+    rows to the counter the first created (its rows were not visible to that count).
+    """
+    return (
+        f"""CREATE TABLE {t}_ns_stats (
+            tenant text NOT NULL,
+            ns text NOT NULL,
+            rows bigint NOT NULL,
+            dl bigint NOT NULL,
+            PRIMARY KEY (tenant, ns)
+        )""",
+        f"ALTER TABLE {t}_ns_stats ENABLE ROW LEVEL SECURITY",
+        f"ALTER TABLE {t}_ns_stats FORCE ROW LEVEL SECURITY",
+        f"""CREATE POLICY {p}_ns_stats_tenant ON {t}_ns_stats
+            USING (tenant = current_setting('tulip.tenant', true))
+            WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
+        # One function for the three triggers: a branch reads only the transition
+        # tables its event has.
+        f"""CREATE FUNCTION {t}_ns_count() RETURNS trigger
+            LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+            BEGIN
+                IF TG_OP = 'INSERT' THEN
+                    WITH d AS (SELECT tenant, ns, count(*) AS n, sum(length(tsv)) AS dl
+                               FROM new_rows GROUP BY tenant, ns),
+                    bumped AS (
+                        UPDATE {t}_ns_stats s SET rows = s.rows + d.n, dl = s.dl + d.dl
+                        FROM d WHERE s.tenant = d.tenant AND s.ns = d.ns
+                        RETURNING s.tenant, s.ns)
+                    INSERT INTO {t}_ns_stats AS s (tenant, ns, rows, dl)
+                    SELECT d.tenant, d.ns, c.n, c.dl FROM d
+                    CROSS JOIN LATERAL (
+                        SELECT count(*) AS n, coalesce(sum(length(m.tsv)), 0) AS dl
+                        FROM {t} m WHERE m.tenant = d.tenant AND m.ns = d.ns) c
+                    WHERE NOT EXISTS (SELECT 1 FROM bumped b
+                                      WHERE b.tenant = d.tenant AND b.ns = d.ns)
+                    ON CONFLICT (tenant, ns) DO UPDATE
+                    SET rows = s.rows + (SELECT count(*) FROM new_rows r
+                                         WHERE r.tenant = s.tenant AND r.ns = s.ns),
+                        dl = s.dl + (SELECT coalesce(sum(length(r.tsv)), 0) FROM new_rows r
+                                     WHERE r.tenant = s.tenant AND r.ns = s.ns);
+                ELSIF TG_OP = 'DELETE' THEN
+                    UPDATE {t}_ns_stats s SET rows = s.rows - d.n, dl = s.dl - d.dl
+                    FROM (SELECT tenant, ns, count(*) AS n, coalesce(sum(length(tsv)), 0) AS dl
+                          FROM old_rows GROUP BY tenant, ns) d
+                    WHERE s.tenant = d.tenant AND s.ns = d.ns;
+                ELSE
+                    UPDATE {t}_ns_stats s SET dl = s.dl + d.dl
+                    FROM (SELECT tenant, ns, sum(dl) AS dl FROM (
+                              SELECT tenant, ns, length(tsv) AS dl FROM new_rows
+                              UNION ALL SELECT tenant, ns, -length(tsv) FROM old_rows) u
+                          GROUP BY tenant, ns HAVING sum(dl) <> 0) d
+                    WHERE s.tenant = d.tenant AND s.ns = d.ns;
+                END IF;
+                RETURN NULL;
+            END $fn$""",
+        f"""CREATE TRIGGER {p}_ns_insert AFTER INSERT ON {t}
+            REFERENCING NEW TABLE AS new_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION {t}_ns_count()""",
+        f"""CREATE TRIGGER {p}_ns_update AFTER UPDATE ON {t}
+            REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION {t}_ns_count()""",
+        f"""CREATE TRIGGER {p}_ns_delete AFTER DELETE ON {t}
+            REFERENCING OLD TABLE AS old_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION {t}_ns_count()""",
+        # Counts what this role sees now: every row for an administrator, none under
+        # row-level security (those namespaces are counted at their next insert).
+        f"""INSERT INTO {t}_ns_stats (tenant, ns, rows, dl)
+            SELECT tenant, ns, count(*), coalesce(sum(length(tsv)), 0) FROM {t}
+            GROUP BY tenant, ns""",
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -203,6 +286,24 @@ MIGRATIONS: tuple[Migration, ...] = (
             """GRANT SELECT, USAGE, UPDATE ON SEQUENCE {t}_layout_version,
                 {t}_reindex_jobs_id_seq TO tulip_ops""",
         ),
+    ),
+    Migration(
+        11,
+        "namespace counters for the recall plan",
+        (
+            *_ns_stats("{t}", "{p}"),
+            *_ns_stats("{t}_turns", "{p}_turns"),
+            # The triggers run as the writer: the application role keeps the counters.
+            "GRANT SELECT, INSERT, UPDATE ON {t}_ns_stats, {t}_turns_ns_stats TO tulip_dml",
+            """GRANT SELECT, INSERT, UPDATE, DELETE ON {t}_ns_stats, {t}_turns_ns_stats
+                TO tulip_ops""",
+        ),
+    ),
+    Migration(
+        12,
+        "hnsw cosine index over turns",
+        ("CREATE INDEX {p}_turns_hnsw ON {t}_turns USING hnsw (embedding vector_cosine_ops)",),
+        needs_ann=True,
     ),
 )
 

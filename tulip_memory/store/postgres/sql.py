@@ -2,11 +2,15 @@
 
 Statements are templates over ``{t}`` (the schema-qualified table, a validated
 identifier) and ``{p}`` (its bare name, for index and policy names). Values always
-travel as bind parameters. Vector ranking is written as ``(embedding <=> q) + 0``
-on purpose: pgvector only uses the HNSW index for a bare ``embedding <=> q`` order,
-and HNSW post-filtering would silently return too few rows of a small namespace
-(pgvector 0.6 has no iterative scan). The exact scan over a namespace's rows, found
-through the ``(tenant, ns, ...)`` B-tree, is what guarantees complete recall.
+travel as bind parameters. A hybrid search takes one of two paths (the store
+chooses, see :mod:`~tulip_memory.store.postgres.plan`): the exact path below, whose
+vector ranking is written as ``(embedding <=> q) + 0`` on purpose (pgvector only uses
+the HNSW index for a bare ``embedding <=> q`` order, and a post-filtered HNSW scan
+can return too few rows of a namespace), or the index path further down, which asks
+the HNSW index (iterative scan) and the GIN index for candidates and ranks them with
+the exact path's scores. The exact scan over a namespace's rows, found through the
+``(tenant, ns, ...)`` B-tree, is what guarantees complete recall: the index path falls
+back to it whenever its candidates come up short.
 
 Hybrid search (``search``, ``search_many``, ``search_across``, ``search_turns``) ranks
 the rows of its scope (one namespace; several of one tenant for ``search_across``) in
@@ -38,10 +42,10 @@ b = 0.4. All tuned on LoCoMo (``bench/recall_quality.py``).
 
 User text reaches Postgres only as a bind parameter and only through ``to_tsvector``:
 the lexemes it yields are quoted into the tsquery that matches rows, so no user text is
-ever parsed as tsquery syntax. The GIN index on ``tsv`` serves lexical lookups across a
-table (admin tools); these statements test ``@@`` on the rows the B-tree scan yields
-anyway, and under forced RLS Postgres would not use the index for the application role
-(``@@`` is not leakproof, so it may not run below the tenant policy).
+ever parsed as tsquery syntax. The exact path tests ``@@`` on the rows the B-tree scan
+yields anyway; the index path finds the matching rows through the GIN index on
+``tsv``, which the application role can use under forced RLS only once ``@@`` is
+leakproof (see :mod:`~tulip_memory.store.postgres.plan`).
 """
 
 from __future__ import annotations
@@ -263,10 +267,17 @@ SEARCH_ACROSS_HYBRID = f"""
 WITH {_PROBE}
 SELECT h.* FROM ({_SEARCH_ACROSS}) h ORDER BY h._pos"""
 
-# The namespace's turns, hybrid-ranked; $11 is a cosine similarity threshold.
+# The namespace's turns of a time window, hybrid-ranked; $11 is a cosine similarity
+# threshold, $12 and $13 the window [since, until) on the turn's time (NULL: open),
+# a range of the ``(tenant, ns, created_at)`` index.
+_TURNS_SCOPE = (
+    "tenant = $1 AND ns = $2::text"
+    " AND created_at >= coalesce($12::timestamptz, '-infinity')"
+    " AND created_at < coalesce($13::timestamptz, 'infinity')"
+)
 _SEARCH_TURNS = _hybrid(
     table="{t}_turns",
-    scope="tenant = $1 AND ns = $2::text",
+    scope=_TURNS_SCOPE,
     cols="event_id, position, text, turn, metadata, created_at",
     recency="created_at DESC, event_id, position",
     out="text, turn, metadata, position, 1 - dist AS score",
@@ -275,6 +286,177 @@ _SEARCH_TURNS = _hybrid(
 SEARCH_TURNS = f"""
 WITH {_PROBE}
 SELECT h.* FROM ({_SEARCH_TURNS}) h ORDER BY h._pos"""
+
+# -- the index path (see ``plan``) ------------------------------------------------------
+# The exact path's ranking over candidates instead of every row of the scope: every row
+# matching the query lexically (through the GIN index on ``tsv``), and the nearest rows
+# by the HNSW index (an iterative scan, so the scope's filter does not leave it short
+# while the index yields the scope's rows within ``hnsw.max_scan_tuples``). The scores
+# are the exact path's: ``docs`` and ``avgdl`` from the scope's counters
+# (``<table>_ns_stats``, kept by triggers), ``df`` and bm25's normalising maximum over
+# every matching row of the scope, each candidate's exact cosine. So every lexical
+# match is ranked exactly, and the rows matching nothing (whose fused score is their
+# cosine alone) come from the index's nearest: the top k differs from the exact path's
+# only where the HNSW graph misses a near row. ``_cands`` is the number of candidates,
+# on every row (on one row of NULLs when none is kept): fewer than ``min(limit, rows)``
+# and the store runs the exact path instead.
+
+# Per transaction: iterative HNSW scans, and plans made for the parameters at hand (a
+# generic plan would not know the namespace is big, and would sort its rows instead).
+PLAN_SETTINGS = """
+SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),
+       set_config('hnsw.ef_search', $1::text, true),
+       set_config('hnsw.max_scan_tuples', $2::text, true),
+       set_config('plan_cache_mode', 'force_custom_plan', true)"""
+
+# The rows the counters hold for namespaces $2 of tenant $1 (none: never counted).
+SCOPE_ROWS = """
+SELECT ns, rows FROM {t}_ns_stats WHERE tenant = $1 AND ns = ANY ($2::text[])"""
+
+TURN_SCOPE_ROWS = """
+SELECT ns, rows FROM {t}_turns_ns_stats WHERE tenant = $1 AND ns = ANY ($2::text[])"""
+
+
+def _fused(s: str) -> str:
+    """The fused score of a row ``s`` (with ``bm25`` and ``dist``), normalised by the
+    best bm25 of the scope's lexical matches."""
+    return (
+        f"p.w_lex * coalesce({s}.bm25 / (SELECT top FROM best), 0)"
+        f" + p.w_vec * coalesce(1 - {s}.dist / 2, 0)"
+    )
+
+
+def _indexed(
+    *,
+    table: str,
+    scope: str,
+    stats_scope: str,
+    keys: str,
+    cols: str,
+    at: str,
+    recency: str,
+    out: str,
+    cand: int,
+    keep: str = "true",
+) -> str:
+    """The index path of ``_hybrid``'s ranking of ``scope``: ``keys`` name a row within
+    the tenant, ``at`` is its recency column, ``${cand}`` how many nearest rows the
+    HNSW index proposes. Every lexical match is scored where it is read (bm25 and
+    cosine); only the ``$3`` best of them and the nearest rows matching nothing are
+    read again for their columns."""
+    same = " AND ".join(f"v.{k} = l.{k}" for k in keys.split(", "))
+    lkeys = ", ".join(f"l.{k}" for k in keys.split(", "))
+    return f"""
+WITH st AS MATERIALIZED (
+    SELECT coalesce(sum(rows), 0)::float8 AS docs,
+           coalesce(sum(dl), 0)::float8 / greatest(coalesce(sum(rows), 0), 1) AS avgdl
+    FROM {table}_ns_stats WHERE {stats_scope}
+),
+lex AS MATERIALIZED (
+    SELECT {keys}, {at}, ({{v}} <=> $4) + 0 AS dist, length(tsv) AS dl,
+           ts_filter(setweight(tsv, 'A', (SELECT terms FROM probe)), ARRAY['A']::"char"[])
+               AS hits
+    FROM {table} WHERE {scope} AND tsv @@ (SELECT query FROM probe)
+),
+df AS MATERIALIZED (
+    SELECT u.lexeme, count(*)::float8 AS df
+    FROM lex l CROSS JOIN LATERAL unnest(l.hits) AS u
+    GROUP BY u.lexeme
+),
+lexs AS MATERIALIZED (
+    SELECT {lkeys}, l.{at}, l.dist, (
+        SELECT sum(ln(1 + (st.docs - df.df + 0.5) / (df.df + 0.5))
+                   * cardinality(u.positions) * (p.k1 + 1)
+                   / (cardinality(u.positions) + p.k1 * (1 - p.b + p.b * l.dl / st.avgdl)))
+        FROM unnest(l.hits) AS u JOIN df USING (lexeme)) AS bm25
+    FROM lex l CROSS JOIN st CROSS JOIN probe p
+),
+best AS MATERIALIZED (SELECT max(bm25) AS top FROM lexs),
+lex_top AS MATERIALIZED (
+    SELECT {keys}, bm25 FROM lexs l CROSS JOIN probe p
+    WHERE {keep}
+    ORDER BY {_fused("l")} DESC, dist NULLS LAST, {recency}
+    LIMIT $3
+),
+vec AS MATERIALIZED (
+    SELECT {keys} FROM {table} WHERE {scope} AND $4::vector IS NOT NULL
+    ORDER BY {{v}} <=> $4 LIMIT ${cand}
+),
+nearest AS MATERIALIZED (
+    SELECT v.* FROM vec v WHERE NOT EXISTS (SELECT 1 FROM lexs l WHERE {same})
+),
+cand AS (
+    SELECT * FROM lex_top UNION ALL SELECT n.*, NULL::float8 FROM nearest n
+),
+scored AS MATERIALIZED (
+    SELECT {cols}, ({{v}} <=> $4) + 0 AS dist, c.bm25
+    FROM cand c JOIN {table} USING ({keys}) WHERE tenant = $1
+),
+ranked AS (
+    SELECT {out},
+           row_number() OVER (ORDER BY {_fused("s")} DESC, dist NULLS LAST, {recency}) AS _pos
+    FROM scored s CROSS JOIN probe p WHERE {keep}
+    ORDER BY _pos LIMIT $3
+)
+SELECT n._cands, r.* FROM (
+    SELECT (SELECT count(*) FROM lexs) + (SELECT count(*) FROM nearest) AS _cands
+) n
+LEFT JOIN ranked r ON true
+ORDER BY r._pos"""
+
+
+# One namespace ($2 text); $12 the vector candidates.
+SEARCH_INDEXED = f"""
+WITH {_PROBE}
+SELECT h.* FROM ({
+    _indexed(
+        table="{t}",
+        scope="tenant = $1 AND ns = $2::text",
+        stats_scope="tenant = $1 AND ns = $2::text",
+        keys="ns, key",
+        cols=_MEMORY_COLS,
+        at="updated_at",
+        recency="updated_at DESC, key",
+        out=COLS,
+        cand=12,
+        keep="$11::bool IS NOT TRUE",
+    )
+}) h ORDER BY h._pos"""
+
+# Several namespaces of a tenant ($2 text[]); $11 the vector candidates.
+SEARCH_ACROSS_INDEXED = f"""
+WITH {_PROBE}
+SELECT h.* FROM ({
+    _indexed(
+        table="{t}",
+        scope="tenant = $1 AND ns = ANY ($2::text[])",
+        stats_scope="tenant = $1 AND ns = ANY ($2::text[])",
+        keys="ns, key",
+        cols=_MEMORY_COLS,
+        at="updated_at",
+        recency="updated_at DESC, ns, key",
+        out=f"ns, {COLS}, dist AS distance",
+        cand=11,
+    )
+}) h ORDER BY h._pos"""
+
+# A namespace's turns of a time window; $14 the vector candidates.
+SEARCH_TURNS_INDEXED = f"""
+WITH {_PROBE}
+SELECT h.* FROM ({
+    _indexed(
+        table="{t}_turns",
+        scope=_TURNS_SCOPE,
+        stats_scope="tenant = $1 AND ns = $2::text",
+        keys="ns, event_id, position",
+        cols="event_id, position, text, turn, metadata, created_at",
+        at="created_at",
+        recency="created_at DESC, event_id, position",
+        out="text, turn, metadata, position, 1 - dist AS score",
+        cand=14,
+        keep="($11::float8 IS NULL OR 1 - dist >= $11::float8)",
+    )
+}) h ORDER BY h._pos"""
 
 # The latest turn a thread had before event sequence $4 (the one a reply arriving in
 # a later session may complete), through the ``{p}_turns_thread`` index.

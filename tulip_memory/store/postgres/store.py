@@ -10,16 +10,18 @@ to (``allow_rls_bypass=True``, for admin tools).
 from __future__ import annotations
 
 import asyncio
+import collections
 import importlib.util
 import json
 import logging
 import re
 import warnings
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -31,7 +33,7 @@ from tulip_memory.errors import TenantIsolationError
 from tulip_memory.store.base import BatchFirstStore, BatchItem
 from tulip_memory.store.fusion import WORD_HASHING, HybridRanking
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
-from tulip_memory.store.postgres import slots, sql
+from tulip_memory.store.postgres import plan, slots, sql
 from tulip_memory.store.postgres.admin import as_owner
 from tulip_memory.store.postgres.layouts import (
     NO_MODEL,
@@ -127,6 +129,7 @@ class PgMemory(BatchFirstStore):
         ranking: HybridRanking | None = None,
         embedders: EmbedderResolver | None = None,
         migrator: str | None = None,
+        recall_plan: Literal["auto", "exact"] = "auto",
     ) -> None:
         """``text_search_config`` names the Postgres text search configuration that
         tokenises, stems and drops stop words ('english': Snowball stemming and the
@@ -147,13 +150,21 @@ class PgMemory(BatchFirstStore):
         it verifies at first use that the table is at this code's schema version.
         ``migrator``, a DSN whose role may act as the owner role (the administrator's,
         or a member of ``tulip_owner``), migrates the table first (:meth:`migrate`);
-        ``tulip-memory provision`` does the same for the configured table."""
+        ``tulip-memory provision`` does the same for the configured table.
+
+
+        ``recall_plan="auto"`` lets each hybrid search take the exact scan of its
+        scope or, for a big one, the HNSW and GIN indexes (see
+        :mod:`~tulip_memory.store.postgres.plan`); ``"exact"`` always scans (the
+        reference ranking, for benchmarks and audits)."""
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
         if encoding_cache < 0:
             raise ValueError(f"encoding_cache must be >= 0, got {encoding_cache}")
         if pool_size < 1:
             raise ValueError(f"pool_size must be >= 1, got {pool_size}")
+        if recall_plan not in ("auto", "exact"):
+            raise ValueError(f"recall_plan must be 'auto' or 'exact', got {recall_plan!r}")
         if ranking is not None and not isinstance(ranking, HybridRanking):
             raise TypeError(f"ranking must be a HybridRanking, got {type(ranking).__name__}")
         self._ts_config = _validate_ts_config(text_search_config)
@@ -206,6 +217,11 @@ class PgMemory(BatchFirstStore):
         }
         self._layouts = Layouts(self._encoder, embedders or resolve_embedder, self._sql["SLOTS"])
         self._pool: Any = None
+        self._recall_plan = recall_plan
+        self._caps = plan.Capabilities(iterative_scan=False, leakproof_match=False)
+        self._table_rows = plan.TableRows()
+        #: How many hybrid searches took each path (``plan.EXACT``, ``INDEX``, ``FALLBACK``).
+        self.plans: collections.Counter[str] = collections.Counter()
         # Serialises first use so concurrent calls build one pool and migrate once.
         self._pool_lock = asyncio.Lock()
 
@@ -258,8 +274,11 @@ class PgMemory(BatchFirstStore):
             await verify_schema(
                 conn, table=self._qualified, dim=self._vdim, text_search_config=self._ts_config
             )
+            self._caps = await plan.Capabilities.probe(conn)
         finally:
             await conn.close()
+        if self._recall_plan == "auto" and not self._caps.index_path:
+            log.warning("PgMemory %s: %s", self._qualified, self._caps.why_exact())
         return await asyncpg.create_pool(
             self._dsn, min_size=1, max_size=self._pool_size, init=register_vector
         )
@@ -331,8 +350,24 @@ class PgMemory(BatchFirstStore):
         args: Callable[[Vectors | None, Layout], tuple[Any, ...]],
     ) -> list[Any]:
         """A statement over the slot recall reads, with the query encoded in that slot's
-        model. The slot is the one this transaction reads from the layout (one round
-        trip with the tenant pin): a reindex's switch is atomic for every reader."""
+        model."""
+
+        async def fetch(conn: Any, layout: Layout, qvec: Vectors | None) -> list[Any]:
+            statement = slots.read_sql(self._sql[stmt], layout.read)
+            return list(await conn.fetch(statement, tenant, *args(qvec, layout)))
+
+        return await self._reading(tenant, query, fetch)
+
+    async def _reading(
+        self,
+        tenant: str,
+        query: str | None,
+        body: Callable[[Any, Layout, Vectors | None], Awaitable[list[Any]]],
+    ) -> list[Any]:
+        """``body`` in a read transaction over the slot recall reads, with the query
+        encoded in that slot's model. The slot is the one this transaction reads from
+        the layout (one round trip with the tenant pin): a reindex's switch is atomic
+        for every reader."""
         for attempt in (1, 2):
             guess = self._layouts.cached(tenant)
             qvec = await self._query_vector(guess.read, tenant, query)
@@ -343,14 +378,63 @@ class PgMemory(BatchFirstStore):
                     layout = await self._layouts.note(conn, tenant, Layout.from_row(row))
                     if layout.read != guess.read:
                         qvec = await self._query_vector(layout.read, tenant, query)
-                    statement = slots.read_sql(self._sql[stmt], layout.read)
-                    return list(await conn.fetch(statement, tenant, *args(qvec, layout)))
+                    return await body(conn, layout, qvec)
             except _undefined_column() as e:
                 # A finalize dropped the slot between our layout read and statement.
                 if attempt == 2:
                     raise
                 log.info("vector slot dropped under a read, retrying: %s", e)
         raise AssertionError("unreachable")
+
+    async def _scope_rows(
+        self, conn: Any, stmt: str, tenant: str, names: list[str]
+    ) -> dict[str, int]:
+        """The counted rows of each of ``names`` (absent: not counted yet), when the
+        index path may be taken at all; else nothing (every scope takes the exact path)."""
+        if (
+            self._recall_plan != "auto"
+            or not self._caps.index_path
+            or self._encoder is None
+            or not self._ann
+        ):
+            return {}
+        rows = await conn.fetch(self._sql[stmt], tenant, names)
+        return {r["ns"]: int(r["rows"]) for r in rows}
+
+    async def _planned(
+        self,
+        conn: Any,
+        layout: Layout,
+        *,
+        table: str,
+        rows: int | None,
+        limit: int,
+        exact: tuple[str, tuple[Any, ...]],
+        indexed: tuple[str, tuple[Any, ...]],
+    ) -> list[Any]:
+        """One hybrid ranking of a scope of ``rows`` counted rows (``None``: not
+        counted): the index path when :func:`plan.choose` picks it and its candidates
+        cover ``min(limit, rows)``, else the exact path."""
+        chosen = plan.EXACT
+        if rows is not None:
+            table_rows = await self._table_rows.get(conn, table)
+            chosen = plan.choose(rows, table_rows, limit)
+        if chosen == plan.INDEX:
+            assert rows is not None
+            await conn.execute(
+                self._sql["PLAN_SETTINGS"],
+                str(plan.candidates(limit)),
+                str(plan.MAX_SCAN_TUPLES),
+            )
+            stmt, args = indexed
+            got = await conn.fetch(slots.read_sql(self._sql[stmt], layout.read), *args)
+            if got and got[0]["_cands"] >= min(limit, rows):
+                self.plans[plan.INDEX] += 1
+                return [r for r in got if r["_pos"] is not None]
+            chosen = plan.FALLBACK
+        self.plans[chosen] += 1
+        stmt, args = exact
+        return list(await conn.fetch(slots.read_sql(self._sql[stmt], layout.read), *args))
 
     # -- the SlotWriter protocol of PgWriter ----------------------------------
 
@@ -477,21 +561,39 @@ class PgMemory(BatchFirstStore):
         query: str,
         top_k: int = 5,
         threshold: float | None = None,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[TurnMatch]:
         """The namespace's turns most relevant to ``query``, hybrid-ranked (bm25 and
-        exact cosine, fused; see :mod:`~tulip_memory.store.postgres.sql`) and complete:
+        cosine, fused; see :mod:`~tulip_memory.store.postgres.sql`) and complete:
         ``min(top_k, turns)`` results when no threshold cuts them. ``score`` and
         ``threshold`` are cosine similarities (0.0 for a turn without a vector, which
-        any threshold drops)."""
+        any threshold drops). ``since`` / ``until`` keep the turns whose time (the
+        caller's, when its messages carried one) is in ``[since, until)``, a range of
+        the ``(tenant, ns, created_at)`` index; they must be timezone-aware."""
         ns = validate_namespace(namespace)
+        for name, when in (("since", since), ("until", until)):
+            if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
+                raise ValueError(f"{name} must be a timezone-aware datetime, got {when!r}")
         if top_k <= 0:
             return []
-        rows = await self._ranked(
-            ns[0],
-            "SEARCH_TURNS",
-            query,
-            lambda q, _: (NS_SEP.join(ns), top_k, q, *self._text_args(query), threshold),
-        )
+        name = NS_SEP.join(ns)
+
+        async def ranked(conn: Any, layout: Layout, q: Vectors | None) -> list[Any]:
+            counted = await self._scope_rows(conn, "TURN_SCOPE_ROWS", ns[0], [name])
+            args = (ns[0], name, top_k, q, *self._text_args(query), threshold, since, until)
+            return await self._planned(
+                conn,
+                layout,
+                table=f"{self._qualified}_turns",
+                rows=counted.get(name),
+                limit=top_k,
+                exact=("SEARCH_TURNS", args),
+                indexed=("SEARCH_TURNS_INDEXED", (*args, plan.candidates(top_k))),
+            )
+
+        rows = await self._reading(ns[0], query, ranked)
         return [
             TurnMatch(
                 score=0.0 if r["score"] is None else float(r["score"]),
@@ -657,17 +759,53 @@ class PgMemory(BatchFirstStore):
             substring_only = self._encoder is None
             if substring_only:
                 self._warn_substring()
-            rows = await self._ranked(
-                tenant,
-                "SEARCH_HYBRID",
-                query,
-                lambda q, _: (names, limit, q, *self._text_args(query), substring_only),
-            )
+            rows = await self._search_namespaces(tenant, names, query, limit, substring_only)
         out: list[list[StoreItem]] = [[] for _ in nss]
         for r in rows:
             i = int(r["idx"]) - 1
             out[i].append(_row_to_item(nss[i], r))
         return out
+
+    async def _search_namespaces(
+        self, tenant: str, names: list[str], query: str, limit: int, substring_only: bool
+    ) -> list[Any]:
+        """Each namespace ranked on its own path: the uncounted and small ones in one
+        exact statement, each big one on the index path (rows carry ``idx``, 1-based)."""
+
+        async def ranked(conn: Any, layout: Layout, q: Vectors | None) -> list[Any]:
+            text = self._text_args(query)
+            counted = await self._scope_rows(conn, "SCOPE_ROWS", tenant, names)
+            table_rows = await self._table_rows.get(conn, self._qualified) if counted else 0.0
+            big = {
+                i
+                for i, n in enumerate(names)
+                if n in counted and plan.choose(counted[n], table_rows, limit) == plan.INDEX
+            }
+            out: list[Any] = []
+            rest = [n for i, n in enumerate(names) if i not in big]
+            if rest:
+                args = (tenant, rest, limit, q, *text, substring_only)
+                exact = slots.read_sql(self._sql["SEARCH_HYBRID"], layout.read)
+                where = [i for i in range(len(names)) if i not in big]
+                for r in await conn.fetch(exact, *args):
+                    out.append({**dict(r), "idx": where[int(r["idx"]) - 1] + 1})
+                self.plans[plan.EXACT] += len(rest)
+            for i in sorted(big):
+                n = names[i]
+                args = (tenant, n, limit, q, *text, substring_only)
+                got = await self._planned(
+                    conn,
+                    layout,
+                    table=self._qualified,
+                    rows=counted[n],
+                    limit=limit,
+                    exact=("SEARCH_HYBRID", (tenant, [n], limit, q, *text, substring_only)),
+                    indexed=("SEARCH_INDEXED", (*args, plan.candidates(limit))),
+                )
+                out.extend({**dict(r), "idx": i + 1} for r in got)
+            return out
+
+        return await self._reading(tenant, query, ranked)
 
     async def search_across(
         self,
@@ -686,18 +824,33 @@ class PgMemory(BatchFirstStore):
         if not query:
             rows = await self._fetch(tenant, "SEARCH_ACROSS_RECENT", list(by_name), limit)
         else:
-            rows = await self._ranked(
-                tenant,
-                "SEARCH_ACROSS_HYBRID",
-                query,
-                lambda q, _: (list(by_name), limit, q, *self._text_args(query)),
-            )
+            rows = await self._search_scope(tenant, list(by_name), query, limit)
         out = []
         for r in rows:
             dist = None if r["distance"] is None else float(r["distance"])
             score = 0.0 if dist is None else score_of(dist)
             out.append(SemanticSearchResult(_row_to_item(by_name[r["ns"]], r), score, dist))
         return out
+
+    async def _search_scope(
+        self, tenant: str, names: list[str], query: str, limit: int
+    ) -> list[Any]:
+        """One ranking over the rows of ``names``, on the path their total rows take."""
+
+        async def ranked(conn: Any, layout: Layout, q: Vectors | None) -> list[Any]:
+            counted = await self._scope_rows(conn, "SCOPE_ROWS", tenant, names)
+            args = (tenant, names, limit, q, *self._text_args(query))
+            return await self._planned(
+                conn,
+                layout,
+                table=self._qualified,
+                rows=sum(counted.values()) if counted else None,
+                limit=limit,
+                exact=("SEARCH_ACROSS_HYBRID", args),
+                indexed=("SEARCH_ACROSS_INDEXED", (*args, plan.candidates(limit))),
+            )
+
+        return await self._reading(tenant, query, ranked)
 
     async def search_by_embedding(
         self,

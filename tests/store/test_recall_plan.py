@@ -1,0 +1,282 @@
+"""Invariant 6 at scale: recall is complete everywhere and sublinear on big namespaces.
+
+One table where a tenant holds 100,000 rows in one namespace, 30 tenants hold 1-50,
+and one namespace of 6,000 rows keeps its vectors where a search near the query never
+reaches them (opposite the query, beyond the iterative scan's ``max_scan_tuples``).
+The same shapes fill the turns table. Everything is read through the application
+role under forced row-level security. The tests assert on the path the store chose
+(its ``plans`` counter, and EXPLAIN of the index statement), never on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import numpy as np
+import pytest
+
+from tests.support.services import Postgres
+from tulip_memory.embeddings import HRREncoder
+from tulip_memory.store import PgMemory
+from tulip_memory.store.fusion import HybridRanking
+from tulip_memory.store.postgres import plan, slots, sql
+from tulip_memory.store.validation import NS_SEP
+
+DIM = 8  # HRR: 16-wide vectors keep the 100,000-row fixture quick to build
+BIG, RARE = 100_000, 6_000
+SMALL = [1 + (i * 7) % 50 for i in range(30)]
+START = datetime(2026, 1, 1, tzinfo=UTC)
+QUERIES = ["alpha5 beta7", "gamma11", "alpha40 gamma2 beta3", "beta88", "alpha1 beta2"]
+RANKING = HybridRanking(lexical_weight=0.5, vector_weight=0.5)
+
+
+@dataclass(frozen=True)
+class Fixture:
+    table: str
+    app_dsn: str
+    admin_dsn: str
+
+    def store(self, recall_plan: str = "auto") -> PgMemory:
+        return PgMemory(
+            self.app_dsn,
+            migrator=self.admin_dsn,
+            table=self.table,
+            dim=DIM,
+            ranking=RANKING,
+            recall_plan=recall_plan,  # type: ignore[arg-type]
+        )
+
+
+BIG_NS: tuple[str, ...] = ("bigco", "facts")
+RARE_NS: tuple[str, ...] = ("rareco", "facts")
+SMALL_NS: list[tuple[str, ...]] = [(f"small{j}", "facts") for j in range(len(SMALL))]
+SIZES = {BIG_NS: BIG, RARE_NS: RARE, **dict(zip(SMALL_NS, SMALL, strict=True))}
+
+
+@pytest.fixture(scope="module")
+def scale(postgres: Postgres) -> Fixture:
+    fx = Fixture(f"scale_{uuid.uuid4().hex[:8]}", postgres.app_dsn, postgres.admin_dsn)
+    with ThreadPoolExecutor(1) as pool:  # a loop of its own, whatever the test's is
+        pool.submit(asyncio.run, build(fx)).result()
+    return fx
+
+
+def _away() -> list[float]:
+    """The direction opposite the first query's encoding (the rare namespace's
+    vectors): the last rows a scan near that query reaches."""
+    q = np.asarray(HRREncoder(DIM).embed([QUERIES[0]])[0], dtype=np.float64)
+    return [float(x) for x in -q / np.linalg.norm(q)]
+
+
+# $1 tenant, $2 namespace, $3 rows, $4 content template kind, $5 direction (NULL: random)
+_ROWS = """
+SELECT $1::text, $2::text, i,
+       CASE WHEN $4 THEN 'alpha' || (i % 97) || ' beta' || (i % 89) || ' gamma' || (i % 83)
+            ELSE 'zeta' || (i % 50) || ' omega' || (i % 7) END,
+       CASE WHEN $5::float8[] IS NULL
+            THEN (SELECT array_agg(random() - 0.5) FROM generate_series(1, {w}) WHERE i > 0)
+            ELSE (SELECT array_agg(d + (random() - 0.5) * 0.05) FROM unnest($5) d WHERE i > 0)
+       END::vector
+FROM generate_series(1, $3) i"""
+
+
+async def build(fx: Fixture) -> None:
+    setup = fx.store()
+    await setup.put(("warmup", "x"), "k", "v")  # runs the migrations
+    await setup.close()
+    t, w = f"public.{fx.table}", 2 * DIM
+    rows = _ROWS.format(w=w)
+    admin = await asyncpg.connect(fx.admin_dsn)
+    try:
+        await admin.execute(f"DROP INDEX public.{fx.table}_hnsw, public.{fx.table}_turns_hnsw")
+        away = _away()
+        for ns, n in SIZES.items():
+            lexical, direction = ns != RARE_NS, away if ns == RARE_NS else None
+            name = NS_SEP.join(ns)
+            await admin.execute(
+                f"""INSERT INTO {t} (tenant, ns, key, value, content, embedding)
+                SELECT r.tenant, r.ns, 'k' || r.i, to_jsonb(r.content), r.content, r.v
+                FROM ({rows}) AS r(tenant, ns, i, content, v)""",
+                ns[0],
+                name,
+                n,
+                lexical,
+                direction,
+            )
+            await admin.execute(
+                f"""INSERT INTO {t}_turns (tenant, ns, thread_id, event_id, position, text,
+                                           turn, embedding, source_seq, created_at)
+                SELECT r.tenant, r.ns, 'th', 'e' || (r.i / 100), r.i % 100, r.content,
+                       jsonb_build_object('user', r.content), r.v, r.i,
+                       $6::timestamptz + r.i * interval '1 minute'
+                FROM ({rows}) AS r(tenant, ns, i, content, v)""",
+                ns[0],
+                name,
+                n,
+                lexical,
+                direction,
+                START,
+            )
+        await admin.execute("SET maintenance_work_mem = '256MB'")
+        for table, index in ((t, f"{fx.table}_hnsw"), (f"{t}_turns", f"{fx.table}_turns_hnsw")):
+            await admin.execute(
+                f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops)"
+            )
+            await admin.execute(f"ANALYZE {table}")
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def auto(scale: Fixture) -> AsyncIterator[PgMemory]:
+    store = scale.store()
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def exact(scale: Fixture) -> AsyncIterator[PgMemory]:
+    store = scale.store("exact")
+    yield store
+    await store.close()
+
+
+def _expected_paths(ns: tuple[str, ...]) -> set[str]:
+    # The rare namespace is big enough for the index path, whose HNSW scan the planner
+    # may swap for a sort of the namespace's rows (it knows them to be few in the
+    # table): complete either way; the hostile planner below forces the scan.
+    if ns == RARE_NS:
+        return {plan.INDEX, plan.FALLBACK}
+    return {plan.INDEX} if ns == BIG_NS else {plan.EXACT}
+
+
+@pytest.mark.parametrize("what", ["memories", "turns"])
+async def test_every_namespace_is_complete_on_the_path_its_size_picks(
+    auto: PgMemory, what: str
+) -> None:
+    for ns, rows in SIZES.items():
+        before = auto.plans.copy()
+        if what == "memories":
+            got: list[object] = list(await auto.search(ns, QUERIES[0], limit=10))
+        else:
+            got = list(await auto.search_turns(ns, QUERIES[0], top_k=10))
+        assert len(got) == min(10, rows), ns
+        taken = auto.plans - before
+        assert sum(taken.values()) == 1 and set(taken) <= _expected_paths(ns), (ns, taken)
+
+
+async def test_matches_rarer_than_the_scan_reaches_fall_back_to_the_exact_path(
+    scale: Fixture,
+) -> None:
+    # Sorts priced out, as stale statistics might: the planner takes the HNSW scan,
+    # which stops at max_scan_tuples before it reaches the namespace's rows.
+    dsn = scale.app_dsn + ("&" if "?" in scale.app_dsn else "?") + "enable_sort=off"
+    store = PgMemory(dsn, table=scale.table, dim=DIM, ranking=RANKING)
+    try:
+        got = await store.search(RARE_NS, QUERIES[0], limit=10)
+        turns = await store.search_turns(RARE_NS, QUERIES[0], top_k=10)
+    finally:
+        await store.close()
+    assert len(got) == 10 and len(turns) == 10
+    assert store.plans == {plan.FALLBACK: 2}
+
+
+async def test_counters_follow_writes_and_deletes(auto: PgMemory) -> None:
+    ns = ("small0", "facts")
+    assert len(await auto.search(ns, "alpha", limit=100)) == SMALL[0]
+    await auto.put(ns, "extra", "alpha beta extra")
+    async with auto.transaction(ns[0]) as tx:
+        counted = await tx.conn.fetchval(
+            f"SELECT rows FROM public.{auto.table_name}_ns_stats WHERE tenant = $1 AND ns = $2",
+            ns[0],
+            NS_SEP.join(ns),
+        )
+    assert counted == SMALL[0] + 1
+    assert await auto.delete(ns, "extra")
+    async with auto.transaction(ns[0]) as tx:
+        counted = await tx.conn.fetchval(
+            f"SELECT rows FROM public.{auto.table_name}_ns_stats WHERE tenant = $1 AND ns = $2",
+            ns[0],
+            NS_SEP.join(ns),
+        )
+    assert counted == SMALL[0]
+
+
+async def test_small_namespaces_equal_the_exact_path(auto: PgMemory, exact: PgMemory) -> None:
+    for ns in SMALL_NS[:10]:
+        for query in QUERIES[:2]:
+            got = [i.key for i in await auto.search(ns, query, limit=10)]
+            want = [i.key for i in await exact.search(ns, query, limit=10)]
+            assert got == want
+
+
+async def test_big_namespace_reaches_the_exact_paths_top_10(
+    auto: PgMemory, exact: PgMemory
+) -> None:
+    hits = total = 0
+    for query in QUERIES:
+        want = {i.key for i in await exact.search(BIG_NS, query, limit=10)}
+        got = {i.key for i in await auto.search(BIG_NS, query, limit=10)}
+        hits, total = hits + len(want & got), total + len(want)
+        want_t = {t.text + str(t.position) for t in await exact.search_turns(BIG_NS, query, 10)}
+        got_t = {t.text + str(t.position) for t in await auto.search_turns(BIG_NS, query, 10)}
+        hits, total = hits + len(want_t & got_t), total + len(want_t)
+    assert auto.plans[plan.INDEX] == 2 * len(QUERIES)
+    assert hits / total >= 0.95
+
+
+async def test_turns_of_a_time_window_are_complete_and_found_by_the_time_index(
+    auto: PgMemory, scale: Fixture
+) -> None:
+    since, until = START + timedelta(minutes=5_000), START + timedelta(minutes=5_030)
+    got = await auto.search_turns(BIG_NS, QUERIES[0], top_k=50, since=since, until=until)
+    assert len(got) == 30  # the window's turns, though few of them match the query
+    assert {t.position for t in got} == {i % 100 for i in range(5_000, 5_030)}
+    open_end = await auto.search_turns(SMALL_NS[3], QUERIES[0], top_k=50, until=until)
+    assert len(open_end) == SMALL[3]
+    with pytest.raises(ValueError, match="timezone-aware"):
+        await auto.search_turns(BIG_NS, "x", since=datetime(2026, 1, 1))
+    statement = slots.read_sql(auto.statement("SEARCH_TURNS"), "embedding")
+    args = (BIG_NS[0], NS_SEP.join(BIG_NS), 10, None, QUERIES[0], "english")
+    shown = await _explain(scale, statement, (*args, 0.5, 0.5, 1.2, 0.4, None, since, until))
+    assert f"Index Scan using {scale.table}_turns_ns" in shown or (
+        f"Bitmap Index Scan on {scale.table}_turns_ns" in shown
+    ), shown
+    assert "created_at >=" in shown
+
+
+async def test_the_index_path_reads_the_hnsw_and_gin_indexes_under_rls(
+    auto: PgMemory, scale: Fixture
+) -> None:
+    await auto.search(BIG_NS, "warm", limit=1)  # the pool, and the server's capabilities
+    q = HRREncoder(DIM).embed([QUERIES[0]])[0]
+    base = (BIG_NS[0], NS_SEP.join(BIG_NS), 10, q, QUERIES[0], "english", 0.5, 0.5, 1.2, 0.4)
+    for stmt, args, prefix in (
+        ("SEARCH_INDEXED", (*base, False, 100), scale.table),
+        ("SEARCH_TURNS_INDEXED", (*base, None, None, None, 100), f"{scale.table}_turns"),
+    ):
+        statement = slots.read_sql(auto.statement(stmt), "embedding")
+        shown = await _explain(scale, statement, args)
+        assert f"Index Scan using {prefix}_hnsw" in shown, shown
+        assert f"Bitmap Index Scan on {prefix}_tsv" in shown, shown
+
+
+async def _explain(fx: Fixture, statement: str, args: tuple[object, ...]) -> str:
+    from pgvector.asyncpg import register_vector
+
+    conn = await asyncpg.connect(fx.app_dsn)
+    try:
+        await register_vector(conn)
+        async with conn.transaction():
+            await conn.execute("SELECT set_config('tulip.tenant', $1, true)", args[0])
+            await conn.execute(sql.PLAN_SETTINGS, "100", "20000")
+            rows = await conn.fetch("EXPLAIN " + statement, *args)
+        return "\n".join(r[0] for r in rows)
+    finally:
+        await conn.close()

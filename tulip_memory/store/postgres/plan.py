@@ -1,0 +1,135 @@
+"""Which path a hybrid recall takes: the exact scan of its scope, or the indexes.
+
+Small scopes take the exact path (``sql._hybrid``): every row's bm25 and cosine,
+computed over the rows the ``(tenant, ns, ...)`` B-tree yields. It is exact, complete
+and cheap while the scope is small, and its cost grows with the scope's rows.
+
+Big scopes take the index path (``sql._indexed``): candidates from the HNSW index
+(iterative scan, pgvector >= 0.8) and from the GIN index on ``tsv``, ranked by the
+exact path's own scores. The store chooses it from the scope's row count, kept exact
+by triggers in ``<table>_ns_stats`` / ``<table>_turns_ns_stats``, when:
+
+- the server can run it: pgvector >= 0.8 and a leakproof ``@@`` (see below);
+- the scope holds at least :data:`INDEX_MIN_ROWS` rows;
+- an iterative scan can be expected to find the candidates before it stops: the scope
+  is at least ``2 * candidates / max_scan_tuples`` of the table (its planner estimate,
+  ``pg_class.reltuples``; the HNSW index spans every tenant).
+
+When the scan still comes back short (the scope's vectors are rarer in the index
+than expected, or missing), the store runs the exact path: recall stays complete.
+
+Why ``@@`` must be leakproof. Under ``FORCE ROW LEVEL SECURITY`` the planner may only
+evaluate a query's own condition below the policy's when the condition's function is
+leakproof, and an index condition is evaluated first; ``ts_match_vq`` (``tsvector @@
+tsquery``) is not marked leakproof, so the application role's ``tsv @@ q`` could never
+use the GIN index (EXPLAIN shows the B-tree plus a filter over every row of the
+namespace). Its result depends only on its arguments and it raises no error that
+depends on a row's value (only the query's own structure can make it fail), so
+``provision_app_role`` marks it ``LEAKPROOF``. That is a superuser's decision for the
+whole database: where it was not taken, the store keeps the exact path for every
+scope (complete, linear in the scope) and logs once why.
+
+Thresholds, measured with ``bench/recall.py`` (384-d hashing vectors, 2 shared cores,
+see the README for the command): the exact path costs about 8 us per row of the scope
+(20 ms p50 for the 1k-10k class), the index path 15-25 ms for scopes of 10,000 to
+100,000 rows, mostly in reading every lexical match (its cost follows the matches,
+not the rows). They cross near 2,500 rows: :data:`INDEX_MIN_ROWS`. The fraction rule
+keeps scopes under ``table_rows / 100`` exact whatever their size (on a table of a
+million rows, those under 10,000): their scan would need more than
+``max_scan_tuples`` to find 200 of their rows.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+#: Scopes with fewer rows take the exact path.
+INDEX_MIN_ROWS = 2_500
+#: ``hnsw.max_scan_tuples`` of an index-path statement (pgvector's default).
+MAX_SCAN_TUPLES = 20_000
+#: pgvector's bound on ``hnsw.ef_search``.
+MAX_EF_SEARCH = 1_000
+#: How long a table's planner estimate of its rows is reused.
+TABLE_ROWS_TTL = 60.0
+
+EXACT = "exact"
+INDEX = "index"
+FALLBACK = "fallback"
+
+
+def candidates(limit: int) -> int:
+    """How many rows each index (vector, lexical) proposes for ``limit`` results."""
+    return min(MAX_EF_SEARCH, max(100, 4 * limit))
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the server offers the index path."""
+
+    iterative_scan: bool
+    leakproof_match: bool
+
+    @property
+    def index_path(self) -> bool:
+        return self.iterative_scan and self.leakproof_match
+
+    def why_exact(self) -> str:
+        """Why every scope takes the exact path on this server (for the log)."""
+        reasons = []
+        if not self.iterative_scan:
+            reasons.append("pgvector is older than 0.8 (no iterative index scans)")
+        if not self.leakproof_match:
+            reasons.append(
+                "tsvector @@ tsquery is not leakproof, so row-level security keeps the "
+                "application role off the GIN index; an administrator runs "
+                "`tulip-memory provision` (or ALTER FUNCTION "
+                "pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF as a superuser)"
+            )
+        return "recall scans every scope exactly (complete, linear in its rows): " + "; ".join(
+            reasons
+        )
+
+    @classmethod
+    async def probe(cls, conn: Any) -> Capabilities:
+        row = await conn.fetchrow(_CAPABILITIES)
+        version = tuple(int(p) for p in str(row["vector"] or "0").split(".") if p.isdigit())
+        return cls(version >= (0, 8), bool(row["leakproof"]))
+
+
+_CAPABILITIES = """
+SELECT (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS vector,
+       (SELECT p.proleakproof FROM pg_operator o JOIN pg_proc p ON p.oid = o.oprcode
+        WHERE o.oprname = '@@' AND o.oprleft = 'tsvector'::regtype
+          AND o.oprright = 'tsquery'::regtype) AS leakproof"""
+
+
+def choose(rows: int, table_rows: float, limit: int) -> str:
+    """:data:`INDEX` or :data:`EXACT` for a scope of ``rows`` rows in a table of about
+    ``table_rows`` (planner estimate; 0 or less when unknown), on a server that can
+    run the index path."""
+    if rows < max(INDEX_MIN_ROWS, 2 * limit):
+        return EXACT
+    expected = rows / table_rows * MAX_SCAN_TUPLES if table_rows > rows else MAX_SCAN_TUPLES
+    return INDEX if expected >= 2 * candidates(limit) else EXACT
+
+
+class TableRows:
+    """A table's planner estimate of its rows (``pg_class.reltuples``, readable by any
+    role), refreshed every :data:`TABLE_ROWS_TTL` seconds."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[float, float]] = {}
+
+    async def get(self, conn: Any, table: str) -> float:
+        now = time.monotonic()
+        hit = self._seen.get(table)
+        if hit is not None and now - hit[1] < TABLE_ROWS_TTL:
+            return hit[0]
+        value = float(await conn.fetchval(_RELTUPLES, table) or 0.0)
+        self._seen[table] = (value, now)
+        return value
+
+
+_RELTUPLES = "SELECT reltuples FROM pg_class WHERE oid = to_regclass($1)"
