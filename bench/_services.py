@@ -159,17 +159,21 @@ class Worker:
 
 @dataclass
 class WorkerPool:
-    """Solo shard workers sharing one environment; :meth:`stop` ends them all."""
+    """Shard workers sharing one environment; :meth:`stop` ends them all."""
 
     logs: Path
     env: dict[str, str]
     workers: list[Worker] = field(default_factory=list)
 
-    def start(self, app: str, name: str, queue: str) -> Worker:
+    def start(
+        self, app: str, name: str, queue: str, pool: str = "solo", threads: int = 1
+    ) -> Worker:
+        """One worker on ``queue``: solo, or a ``threads`` pool of ``threads`` (the
+        key-ordered layout of ``tulip-memory worker``)."""
         self.logs.mkdir(parents=True, exist_ok=True)
         log = self.logs / f"{name}.log"
         command = [
-            *(sys.executable, "-m", "celery", "-A", app, "worker", "-P", "solo"),
+            *(sys.executable, "-m", "celery", "-A", app, "worker", "-P", pool, "-c", str(threads)),
             *("-Q", queue, "-n", f"{name}@%h", "-l", "WARNING"),
             *("--without-gossip", "--without-mingle", "--without-heartbeat"),
         ]

@@ -61,6 +61,7 @@ from bench._services import (
 from tests.support.openai_server import FakeOpenAI, Reply
 from tulip_memory import ledger
 from tulip_memory.messages import Message, Role
+from tulip_ops.provision import configured_store, migrate_now
 from tulip_producer import Producer
 from tulip_wire.endpoints import kombu_url
 from tulip_wire.events import namespace_key
@@ -808,6 +809,8 @@ def run(stack: contextlib.ExitStack, options: Options) -> Report:
     bench = Bench(services, model, client, probe, max(options.shards), servers)
     bench.ensure_idle_broker()
     stack.callback(bench.forget_keys)
+    # The application role never migrates: the bench's table is migrated as the owner.
+    migrate_now(configured_store(services.admin_dsn, bench.worker_env()))
     if not services.embedded_postgres:
         stack.callback(lambda: probe.forget(bench.event_ids, bench.table))
     progress(f"publish latency: {options.publishes} samples ...")

@@ -1,0 +1,323 @@
+"""Ordered, not serial: one shard worker process with C events in flight, against the
+solo layout (one event per process) at the same RAM, and the publish path against raw
+LPUSH and Celery's own ``apply_async``.
+
+Starts its own Postgres + pgvector and Redis (embedded, in a temp dir) unless given
+``--admin-dsn``/``--broker-url``, and a model stub that answers every extraction after
+``--latency`` L (default 1 s). Measures, in one run:
+
+1. one shard worker in the layout of ``tulip-memory worker extract --concurrency C``
+   (``-P threads -c 4C``, C running): events/s against the ideal C / L, the peak number of
+   model calls in flight (the model stub counts them), process RSS per in-flight event,
+   and worker CPU per event;
+2. the solo layout (``-P solo``, one worker per shard) with as many shards as fit in the
+   threaded worker's RSS (at least one): its events/s at the same RAM;
+3. ``Producer.session_ended`` p50, a raw ``LPUSH`` of the same message bytes, and a
+   Celery ``apply_async`` of the same body to a queue on the same broker, interleaved.
+
+Usage: python -m bench.concurrency [--quick] [--concurrency 32] [--latency 1.0]
+                                   [--events N] [--admin-dsn DSN] [--broker-url URL]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import argparse
+import contextlib
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
+
+import psutil
+import redis
+from celery import Celery
+
+from bench._services import (
+    BenchError,
+    WorkerPool,
+    bench_main,
+    deferred_interrupts,
+    open_services,
+    progress,
+)
+from bench.pipeline import (
+    SESSION,
+    THREAD,
+    Bench,
+    CpuMeter,
+    Latency,
+    LedgerProbe,
+    Servers,
+    balanced_namespaces,
+    extraction_model,
+)
+from tests.support.openai_server import FakeOpenAI
+from tulip_ops.provision import configured_store, migrate_now
+from tulip_wire.celeryconfig import kombu_queue
+from tulip_wire.endpoints import kombu_url
+from tulip_wire.events import SESSION_ENDED, namespace_key
+from tulip_wire.routing import ShardRouter
+from tulip_wire.topology import EXTRACT_QUEUE_PREFIX
+from tulip_workers.keyed import BUFFER_PER_SLOT, CONCURRENCY_VARS
+
+MAX_SOLO = 32
+RSS_SAMPLE = 0.2
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    processes: int
+    concurrency: int  # events one process may run at once
+    events: int
+    seconds: float
+    peak_inflight: int
+    rss_mb: float  # the worker processes' RSS at the busiest sample
+    cpu_ms_per_event: float
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds
+
+
+@dataclass(frozen=True)
+class Publish:
+    samples: int
+    message_bytes: int
+    lpush: Latency
+    apply_async: Latency
+    session_ended: Latency
+
+
+@dataclass(frozen=True)
+class Report:
+    latency: float
+    concurrency: int
+    threaded: Layout
+    solo: Layout
+    solo_rss_mb: float
+    publish: Publish
+
+
+class RssSampler:
+    """The highest summed RSS of some processes (and their children) while it runs."""
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        self._procs = [psutil.Process(pid) for pid in pids]
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(RSS_SAMPLE):
+            self.peak = max(self.peak, rss_mb(self._procs))
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def rss_mb(procs: Sequence[psutil.Process]) -> float:
+    total = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += proc.memory_info().rss
+            total += sum(c.memory_info().rss for c in proc.children(recursive=True))
+    return total / 2**20
+
+
+def run_layout(
+    bench: Bench,
+    name: str,
+    shards: int,
+    pool_kind: str,
+    concurrency: int,
+    events: int,
+    latency: float,
+) -> Layout:
+    """Warm the workers up, then publish ``events`` at once and time them to the ledger."""
+    env = {**bench.worker_env(), CONCURRENCY_VARS[SESSION_ENDED]: str(concurrency)}
+    threads = concurrency * BUFFER_PER_SLOT if pool_kind == "threads" else 1
+    with WorkerPool(bench.services.tmp / f"logs-{name}", env) as pool:
+        for k in range(shards):
+            pool.start(
+                "tulip_workers.app", f"{name}-{k}", f"memory.extract.{k}", pool_kind, threads
+            )
+        progress(f"{name}: {shards} worker(s), warming up ...")
+        bench.model.default_chat = extraction_model(0.0)
+        warm = balanced_namespaces(shards, 1, f"warm-{name}")
+        with bench.producer(shards) as producer:
+            ids = [producer.session_ended(ns, THREAD, SESSION) for ns in warm]
+        bench.event_ids += ids
+        bench.ledger.wait_applied(ids, 180.0, pool.check)
+        bench.model.default_chat = extraction_model(latency)
+        bench.model.reset()
+        per_shard = max(1, 2 * concurrency if pool_kind == "threads" else 8)
+        namespaces = balanced_namespaces(shards, per_shard, f"run-{name}")
+        sampler = RssSampler(pool.pids)
+        meter = CpuMeter(pool.pids, bench.servers)
+        started = time.perf_counter()
+        with bench.producer(shards) as producer:
+            ids = [
+                producer.session_ended(namespaces[i % len(namespaces)], THREAD, SESSION)
+                for i in range(events)
+            ]
+        bench.event_ids += ids
+        timeout = 120 + 4 * events * latency / (shards * concurrency)
+        done = bench.ledger.wait_applied(ids, timeout, pool.check)
+        cpu = meter.stop()
+        peak_rss = sampler.stop()
+    seconds = done - started
+    return Layout(
+        name, shards, concurrency, events, seconds, bench.model.max_inflight, peak_rss,
+        1000 * cpu.workers / events,
+    )  # fmt: skip
+
+
+def idle_solo_rss(bench: Bench) -> float:
+    """One warmed-up solo shard worker's RSS: what the solo layout pays per event in flight."""
+    with WorkerPool(bench.services.tmp / "logs-probe", bench.worker_env()) as pool:
+        pool.start("tulip_workers.app", "probe-0", "memory.extract.0")
+        bench.model.default_chat = extraction_model(0.0)
+        with bench.producer(1) as producer:
+            ids = [producer.session_ended(("bench0", "users", "probe"), THREAD, SESSION)]
+        bench.event_ids += ids
+        bench.ledger.wait_applied(ids, 180.0, pool.check)
+        return rss_mb([psutil.Process(pid) for pid in pool.pids])
+
+
+def measure_publish(bench: Bench, samples: int) -> Publish:
+    """Interleaved: LPUSH of a real message's bytes, ``apply_async`` of the same body,
+    and one ``session_ended``; nobody consumes these queues."""
+    router = ShardRouter(EXTRACT_QUEUE_PREFIX, 1)
+    namespaces = balanced_namespaces(1, 64, "publish")
+    app = Celery("bench-apply-async", set_as_current=False)
+    app.config_from_object("tulip_wire.celeryconfig")
+    app.conf.broker_url = kombu_url(bench.services.broker_url)
+    floor_key, celery_queue = "bench:concurrency:floor", "bench.concurrency.apply"
+    declared = app.conf.task_queues
+    app.conf.task_queues = (*declared, kombu_queue(celery_queue, ordered=False, amqp=False))
+    lpush, apply, publish = [], [], []
+    try:
+        with bench.producer(1) as producer:
+            producer.session_ended(namespaces[0], THREAD, SESSION)
+            message = cast(bytes, bench.redis.lindex(router.queue(namespace_key(namespaces[0])), 0))
+            body = message.decode()
+            app.send_task("bench.nothing", args=[body], queue=celery_queue)  # connects
+            for i in range(samples):
+                t = time.perf_counter()
+                bench.redis.lpush(floor_key, message)
+                lpush.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                app.send_task("bench.nothing", args=[body], queue=celery_queue)
+                apply.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                producer.session_ended(namespaces[i % len(namespaces)], THREAD, SESSION)
+                publish.append(time.perf_counter() - t)
+            if producer.spooled:
+                raise BenchError(f"{producer.spooled} events were spooled: the broker failed")
+    finally:
+        app.close()
+        bench.redis.delete(floor_key, celery_queue, *router.queues())
+    return Publish(samples, len(message), Latency.of(lpush), Latency.of(apply), Latency.of(publish))
+
+
+@dataclass(frozen=True)
+class Options:
+    concurrency: int
+    latency: float
+    events: int
+    publishes: int
+    admin_dsn: str | None
+    broker_url: str | None
+
+    @classmethod
+    def parse(cls, argv: Sequence[str] | None = None) -> Options:
+        parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+        parser.add_argument("--quick", action="store_true", help="C=8, L=0.5 s, fewer events")
+        parser.add_argument("--concurrency", type=int, help="C of the threaded worker (32)")
+        parser.add_argument("--latency", type=float, help="model stub delay L, s (1.0)")
+        parser.add_argument("--events", type=int, help="events per layout (8 C)")
+        parser.add_argument("--publishes", type=int, help="publish samples (2000; quick 300)")
+        parser.add_argument("--admin-dsn", help="an existing Postgres with pgvector (superuser)")
+        parser.add_argument("--broker-url", help="an existing Redis the bench has to itself")
+        a = parser.parse_args(argv)
+        c = a.concurrency or (8 if a.quick else 32)
+        return cls(
+            concurrency=c,
+            latency=a.latency if a.latency is not None else (0.5 if a.quick else 1.0),
+            events=a.events or 8 * c,
+            publishes=a.publishes or (300 if a.quick else 2000),
+            admin_dsn=a.admin_dsn,
+            broker_url=a.broker_url,
+        )
+
+
+def run(stack: contextlib.ExitStack, options: Options) -> Report:
+    services = open_services(
+        stack, options.admin_dsn, options.broker_url, prefix="tulip-bench-conc-"
+    )
+    with deferred_interrupts():
+        model = stack.enter_context(FakeOpenAI())
+    client = redis.Redis.from_url(services.broker_url)
+    stack.callback(client.close)
+    probe = LedgerProbe(services.admin_dsn)
+    stack.callback(probe.close)
+    bench = Bench(services, model, client, probe, MAX_SOLO, Servers.find(services, client, probe))
+    bench.ensure_idle_broker()
+    stack.callback(bench.forget_keys)
+    # The application role never migrates: the bench's table is migrated as the owner.
+    migrate_now(configured_store(services.admin_dsn, bench.worker_env()))
+    progress(f"publish latency: {options.publishes} samples ...")
+    publish = measure_publish(bench, options.publishes)
+    c, latency = options.concurrency, options.latency
+    threaded = run_layout(bench, "threads", 1, "threads", c, options.events, latency)
+    progress(f"  threads C={c}: {threaded.rate:.1f} events/s, RSS {threaded.rss_mb:.0f} MB")
+    solo_rss = idle_solo_rss(bench)
+    fit = max(1, min(MAX_SOLO, int(threaded.rss_mb // solo_rss)))
+    solo = run_layout(bench, "solo", fit, "solo", 1, max(8 * fit, 16), latency)
+    progress(f"  solo x{fit}: {solo.rate:.1f} events/s, RSS {solo.rss_mb:.0f} MB")
+    return Report(latency, c, threaded, solo, solo_rss, publish)
+
+
+def print_report(report: Report) -> None:
+    t, s, p = report.threaded, report.solo, report.publish
+    ideal = report.concurrency / report.latency
+    print(f"\nOne shard worker at C = {report.concurrency}, model latency L = {report.latency:g} s")
+    print(
+        f"  {'layout':28} {'procs':>5} {'events':>6} {'events/s':>9} {'vs C/L':>7} "
+        f"{'peak in flight':>14} {'RSS MB':>7} {'MB/in-flight':>12} {'CPU ms/ev':>9}"
+    )
+    for run, target in ((t, ideal), (s, s.processes / report.latency)):
+        per = run.rss_mb / max(1, run.peak_inflight)
+        print(
+            f"  {run.name + f' (-P {run.name})':28} {run.processes:5d} {run.events:6d} "
+            f"{run.rate:9.2f} {run.rate / target:7.3f} {run.peak_inflight:14d} "
+            f"{run.rss_mb:7.0f} {per:12.2f} {run.cpu_ms_per_event:9.2f}"
+        )
+    print(f"  threads ÷ solo at the same RAM: {t.rate / s.rate:.1f}x events/s "
+          f"(a solo worker idles at {report.solo_rss_mb:.0f} MB; {s.processes} fit in "
+          f"{t.rss_mb:.0f} MB)")  # fmt: skip
+    print(f"\nPublish, {p.samples} interleaved samples of a {p.message_bytes}-byte message")
+    print(f"  {'':26} {'p50 ms':>8} {'p99 ms':>8} {'p50 ratio':>10}")
+    for label, lat in (("raw LPUSH", p.lpush), ("Celery apply_async", p.apply_async),
+                       ("Producer.session_ended", p.session_ended)):  # fmt: skip
+        print(f"  {label:26} {lat.p50:8.3f} {lat.p99:8.3f} {lat.p50 / p.lpush.p50:9.2f}x")
+    print(f"  session_ended ÷ apply_async: {p.session_ended.p50 / p.apply_async.p50:.2f}x")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = Options.parse(argv)
+    return bench_main(lambda stack: run(stack, options), print_report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
