@@ -89,6 +89,10 @@ def test_dev_serves_until_interrupted_and_leaves_nothing_behind(server_dir: Path
         assert _status(f"{flower}/api/workers") == 401
         creds = (env["TULIP_FLOWER_USER"], env["TULIP_FLOWER_PASSWORD"])
         assert _status(f"{flower}/api/workers", creds) == 200
+        with urllib.request.urlopen(env["TULIP_METRICS_URL"], timeout=10) as response:
+            exported = response.read().decode()
+        assert 'tulip_queue_depth{queue="memory.extract.0"} 0.0' in exported
+        assert "tulip_broker_up 1.0" in exported
         children = psutil.Process(proc.pid).children(recursive=True)
         assert len(children) >= 3  # two extract shard workers and Flower
         _assert_no_secret_in_any_cmdline(env["TULIP_FLOWER_PASSWORD"])

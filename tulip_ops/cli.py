@@ -145,6 +145,15 @@ def _parser() -> argparse.ArgumentParser:
 
     add_import(sub)
 
+    metrics = sub.add_parser(
+        "metrics", help="serve Prometheus /metrics: queue depths, dead letters, LLM slots"
+    )
+    metrics.add_argument("--port", type=int, default=9808, help="port (default: 9808)")
+    metrics.add_argument(
+        "--address", default="127.0.0.1", help="address to bind (default: 127.0.0.1)"
+    )
+    metrics.set_defaults(run=_metrics)
+
     dlq = sub.add_parser("dlq", help="inspect and replay dead letters (admin connection)")
     dlq.add_argument(
         "--database-url",
@@ -185,6 +194,8 @@ def _dev(args: argparse.Namespace) -> int:
         print(f"settings written to {stack.env_file}")
         if stack.flower is not None:
             print(f"Flower: {stack.flower.url} (user {stack.flower.user}, password in tulip.env)")
+        if stack.metrics is not None:
+            print(f"metrics: {stack.metrics.url}")
         assert stack.workers is not None
         print(f"workers: {', '.join(stack.workers.pids())}", flush=True)
         if args.demo:
@@ -309,6 +320,17 @@ def _provision(args: argparse.Namespace) -> int:
         f"{store.table} and the ledger, runs migrations), tulip_ops (dlq and all-tenant "
         "reindex: BYPASSRLS, not superuser); migrations applied"
     )
+    return 0
+
+
+def _metrics(args: argparse.Namespace) -> int:
+    from tulip_ops.metrics import serve
+
+    stop = _stop_on_signals()
+    server, _ = serve(args.port, args.address)
+    print(f"metrics: http://{args.address}:{server.server_port}/metrics", flush=True)
+    stop.wait()
+    server.shutdown()
     return 0
 
 

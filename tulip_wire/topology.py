@@ -36,6 +36,8 @@ SUMMARY_PENDING_PREFIX = "tulip:summarize:"  # one summary job per thread in fli
 SEMAPHORE_PREFIX = "tulip:sem:"  # counting semaphores (one sorted set of leases each)
 DEATHS_PREFIX = "tulip:deaths:"  # per task id: shard workers that died running it
 RUNNING_PREFIX = "tulip:running:"  # per shard queue: task ids its worker is running now
+DEAD_LETTER_TALLY_KEY = "tulip:deadletters"  # hash: dead letters per reason class
+SPOOL_REPORT_PREFIX = "tulip:spool:"  # per producer: its spool depth, reported with a TTL
 
 
 def shard_queue(prefix: str, shard: int) -> str:

@@ -41,6 +41,7 @@ from tulip_workers.deadletters import (
 from tulip_workers.failures import is_unreachable
 from tulip_workers.outcomes import log_outcome
 from tulip_workers.retry import RetryPolicy, describe, is_permanent
+from tulip_workers.tally import KILLED, MALFORMED, UNHANDLED, DeadLetterTally, reason_class
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ class EventWorker(ABC):
     max_claim_bytes: int = DEFAULT_MAX_CLAIM_BYTES
     #: With a signer, only events signed by one of its keys are applied.
     signer: Signer | None = None
+    tally: DeadLetterTally | None = None
     _ready: bool = False
 
     async def handle_durably(
@@ -171,7 +173,7 @@ class EventWorker(ABC):
         if killed is not None and task_id is not None:
             if await self._done(task_id):
                 return Outcome(DUPLICATE, task_id)
-            return await self._dead(body, task_id, killed, attempts=0)
+            return await self._dead(body, task_id, killed, attempts=0, kind=KILLED)
         try:
             env = decode(body, max_bytes=self.max_body_bytes)
             if task_id is not None and env.id != task_id:
@@ -184,7 +186,7 @@ class EventWorker(ABC):
             event_id = task_id or e.event_id or "unknown"
             if isinstance(e, ForgedEvent):
                 event_id = forged_event_id(body)
-            return await self._dead(body, event_id, e.reason, attempts=1)
+            return await self._dead(body, event_id, e.reason, attempts=1, kind=MALFORMED)
         if await self._done(env.id):
             return Outcome(DUPLICATE, env.id, env.key)
         return await self._attempts(body, env)
@@ -206,8 +208,9 @@ class EventWorker(ABC):
                 else:
                     attempt += 1
                     if is_permanent(e) or attempt >= self.retry.attempts:
+                        reason, kind = describe(e), reason_class(e)
                         return await self._dead(
-                            body, env.id, describe(e), attempts=attempt, env=env
+                            body, env.id, reason, attempts=attempt, env=env, kind=kind
                         )
                     delay = self.retry.delay(attempt)
                     what = f"attempt {attempt} failed"
@@ -250,6 +253,7 @@ class EventWorker(ABC):
         reason: str,
         *,
         attempts: int,
+        kind: str,
         env: Envelope | None = None,
     ) -> Outcome:
         """File the dead letter and its ledger row, in one transaction. A database
@@ -278,6 +282,7 @@ class EventWorker(ABC):
             )
             letter = minimal(letter, describe(e))
             await self._file(letter)
+        await self._count(kind)
         return Outcome(DEAD, letter.event_id, env.key if env else None, attempts, letter.reason)
 
     async def _file(self, letter: DeadLetter) -> None:
@@ -337,9 +342,14 @@ class EventWorker(ABC):
         except Exception as e:
             log.error("cannot file a minimal dead letter of %s (%s)", task_id, describe(e))
             return None
+        await self._count(UNHANDLED)
         result = Outcome(DEAD, letter.event_id, None, failures, letter.reason)
         self._log(result, queue, started)
         return result
+
+    async def _count(self, kind: str) -> None:
+        if self.tally is not None:
+            await asyncio.to_thread(self.tally.add, kind)
 
     @abstractmethod
     async def _apply(self, env: Envelope, attempt: int) -> str:

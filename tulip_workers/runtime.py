@@ -32,6 +32,7 @@ from tulip_workers.extractors import Extractor, LLMStep, SlotFactory, heuristic
 from tulip_workers.keyed import CONCURRENCY_VARS, DEFAULT_CONCURRENCY, KeyOrder
 from tulip_workers.retry import RetryPolicy
 from tulip_workers.summarizer import SummaryScheduler, SummaryWorker
+from tulip_workers.tally import DeadLetterTally
 
 T = TypeVar("T")
 
@@ -111,8 +112,11 @@ class WorkerRuntime:
 
 
 def _event_limits() -> dict[str, Any]:
-    """What every ordered event worker is bounded by: attempts, body and claim sizes."""
+    """What every ordered event worker is bounded by (attempts, body and claim sizes),
+    and where it counts its dead letters for the metrics (Redis, when there is one)."""
+    url = redis_url()
     return {
+        "tally": None if url is None else DeadLetterTally(redis_client(url)),
         "retry": RetryPolicy(attempts=positive_int("TULIP_EXTRACT_ATTEMPTS", 4)),
         "max_body_bytes": positive_int("TULIP_MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),
         "max_claim_bytes": positive_int("TULIP_MAX_CLAIM_BYTES", DEFAULT_MAX_CLAIM_BYTES),

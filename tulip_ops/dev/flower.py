@@ -21,6 +21,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def stop_child(proc: subprocess.Popen[bytes] | None, out: IO[bytes] | None) -> None:
+    """SIGTERM a child of the stack, SIGKILL if it does not exit in 15 s; close its log."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if out is not None:
+        out.close()
+
+
 @dataclass
 class Flower:
     env: dict[str, str]
@@ -72,13 +85,5 @@ class Flower:
         raise RuntimeError(f"flower did not answer within {timeout}s; see {self.log}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self._out is not None:
-            self._out.close()
-            self._out = None
+        stop_child(self.proc, self._out)
+        self._out = None

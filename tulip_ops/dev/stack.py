@@ -17,6 +17,7 @@ from pathlib import Path
 from tulip_memory.private import write_private
 from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis
 from tulip_ops.dev.envfile import render_env
+from tulip_ops.dev.exporter import MetricsExporter
 from tulip_ops.dev.flower import Flower
 from tulip_ops.dev.lock import DataDirLock
 from tulip_ops.dev.supervisor import POOLED, ROLES, Supervisor, role_specs
@@ -33,6 +34,7 @@ class DevStack:
     redis: EmbeddedRedis | None = None
     workers: Supervisor | None = None
     flower: Flower | None = None
+    metrics: MetricsExporter | None = None
     settings: dict[str, str] = field(default_factory=dict)
     lock: DataDirLock | None = None
 
@@ -54,6 +56,9 @@ class DevStack:
             env = {**os.environ, **self.settings}
             specs = [s for role in [*ROLES, *POOLED] for s in role_specs(role, self.shards)]
             self.workers = Supervisor(specs, env, log_dir=self.data_dir / "logs").start()
+            self.metrics = MetricsExporter(env, self.data_dir / "logs" / "metrics.log").start()
+            self.settings["TULIP_METRICS_URL"] = self.metrics.url
+            self._write_env()
             if self.with_flower:
                 self.flower = Flower(env, self.data_dir / "logs" / "flower.log").start()
                 self.settings["TULIP_FLOWER_URL"] = self.flower.url
@@ -101,6 +106,9 @@ class DevStack:
         if self.flower is not None:
             self.flower.stop()
             self.flower = None
+        if self.metrics is not None:
+            self.metrics.stop()
+            self.metrics = None
         if self.workers is not None:
             self.workers.stop()
             self.workers = None
