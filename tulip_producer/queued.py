@@ -89,7 +89,7 @@ class QueuedMemoryManager(BaseMemoryManager):
         pending = list(self._published)
         while pending:
             statuses = [await self.reader.status(e) for e in pending]
-            pending = [s.event_id for s in statuses if s.state == "pending"]
+            pending = [s.event_id for s in statuses if s.state not in ("applied", "dead")]
             if not pending:
                 return
             if deadline is not None and time.monotonic() >= deadline:
