@@ -111,3 +111,29 @@ async def test_the_model_sees_ids_and_times_and_names_only_the_sessions_messages
     assert memories["greeted"].metadata["source_ids"] == []
     assert memories["greeted"].metadata["observed_at"] == SESSION.isoformat()
     assert (await row_of(postgres, ns))["key"] == "favourite-colour"
+
+
+async def test_history_imported_behind_live_traffic_never_replaces_a_later_fact(
+    store: PgMemory, tenant: str
+) -> None:
+    worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
+    ns = (tenant, "users", "maya")
+
+    async def said(seq: int, year: int, text: str) -> None:
+        when = datetime(year, 5, 8, tzinfo=UTC).timestamp()
+        msgs = [Message(role=Role.USER, content=text)]
+        env = session_ended(ns, "chat", msgs, {"timestamp": when}, ts=2e9).with_seq(seq)
+        assert await worker.handle(encode(env), env.id) == APPLIED
+
+    await said(1, 2025, "My favourite colour is green.")  # live
+    await said(2, 2023, "My favourite colour is blue. My home city is Porto.")  # imported
+    found = {m.key: m.content for m in await AsyncReader(store).recall(ns, None)}
+    assert found == {
+        "favourite-colour": "The user's favourite colour is green.",
+        "home-city": "The user's home city is Porto.",  # what only the history says
+    }
+    await said(3, 2026, "Actually, my favourite colour is red.")  # live again
+    (colour,) = [
+        m for m in await AsyncReader(store).recall(ns, None) if m.key == "favourite-colour"
+    ]
+    assert colour.content == "The user's favourite colour is red."

@@ -85,15 +85,24 @@ def read_sql(template: str, slot: str) -> str:
     return template.replace("{v}", slot)
 
 
+#: A fenced write never replaces a fact observed later than its own (history imported
+#: behind live traffic has newer sequence numbers but older times).
+_OBSERVED = """
+  AND (m.observed_at IS NULL OR EXCLUDED.observed_at IS NULL
+       OR m.observed_at <= EXCLUDED.observed_at)"""
+
+
 def upsert_sql(table: str, slots: Sequence[str], *, fenced: bool) -> str:
     """The memories upsert filling ``slots``: ``$1`` tenant, ``$2``–``$6`` the rows'
     namespace, key, value, metadata and content arrays, ``$7`` the source event
-    sequence (fenced only), then one ``vector[]`` per slot."""
+    sequence (fenced only), then one ``vector[]`` per slot. Fenced, a row is replaced
+    only by an event at least as new (sequence) stating a fact observed no earlier."""
     first = 8 if fenced else 7
     arrays, names, sets = _vector_parts(slots, first)
     seq_col, seq_val = (", source_seq", ", $7::bigint") if fenced else ("", "")
     seq_set = "\n    source_seq = EXCLUDED.source_seq," if fenced else ""
-    guard = "\nWHERE m.source_seq IS NULL OR m.source_seq <= EXCLUDED.source_seq" if fenced else ""
+    guard = "\nWHERE (m.source_seq IS NULL OR m.source_seq <= EXCLUDED.source_seq)" + _OBSERVED
+    guard = guard if fenced else ""
     cols = "".join(f", {s}" for s in slots)
     vals = "".join(f", u.{n}" for n in names)
     return f"""
