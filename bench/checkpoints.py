@@ -8,7 +8,11 @@ saved and, on the same storage, compared with:
   else a zlib-6 delta from the parent, one object per save; loading the latest walks
   the chain back (one GET per link, after one for the index);
 - **limit**: the physical limit, each message stored once (the final state, zlib 6);
-- **floor**: one GET of the final state, decompressed and parsed.
+- **floor**: one GET of the final state, decompressed and parsed;
+- **langgraph** (``--langgraph``, in a bench environment with
+  ``langgraph-checkpoint-postgres``, never a project dependency): LangGraph's
+  ``PostgresSaver`` on an embedded Postgres, the same turns as channels (``messages``
+  and the other fields), one ``put`` per turn, ``get_tuple`` by id for old loads.
 
 Reported: bytes at rest, load p50 of the latest and of older checkpoints (with GETs
 and round trips), and save p50, as ratios. ``--sweep`` adds a table of how
@@ -18,6 +22,7 @@ Usage::
 
     python -m bench.checkpoints                              # synthetic threads
     python -m bench.checkpoints --dataset '../shared/data/locomo10/*.json'
+    python -m bench.checkpoints --langgraph ...  # adds LangGraph's PostgresSaver
 
 Storage: ``--storage s3`` (default) starts a moto S3 server in a subprocess unless
 ``--endpoint-url`` points at one (MinIO, AWS); ``--storage file`` or ``memory``.
@@ -27,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import glob
+import importlib
 import json
 import os
 import random
@@ -231,6 +238,56 @@ class Result:
     save_ours: float
     save_full: float
     save_seed: float
+    save_lg: float = float("nan")
+    load_lg: float = float("nan")
+    load_lg_old: float = float("nan")
+
+
+class LangGraphPostgres:
+    """LangGraph's ``PostgresSaver``: each turn one ``put`` of the state as channels
+    (``messages`` changes every turn, so its blob is written whole, as LangGraph
+    does), loads by ``get_tuple`` and the same ``AgentState.from_checkpoint``."""
+
+    def __init__(self, saver: Any, name: str) -> None:
+        self.saver = saver
+        self.tid = f"{name}-{uuid.uuid4().hex[:6]}"
+        self.config: dict[str, Any] = {"configurable": {"thread_id": self.tid, "checkpoint_ns": ""}}
+        self.ids: list[str] = []
+        self.base = importlib.import_module("langgraph.checkpoint.base")
+
+    async def save(self, i: int, state: AgentState) -> None:
+        data = state.to_checkpoint()
+        checkpoint = self.base.empty_checkpoint()
+        checkpoint["channel_values"] = data
+        versions = {k: i + 1 for k in data}
+        checkpoint["channel_versions"] = versions
+        metadata = {"source": "loop", "step": i}
+        self.config = self.saver.put(self.config, checkpoint, metadata, versions)
+        self.ids.append(self.config["configurable"]["checkpoint_id"])
+
+    async def load(self, checkpoint_id: str | None = None) -> AgentState:
+        config: dict[str, Any] = {"configurable": {"thread_id": self.tid, "checkpoint_ns": ""}}
+        if checkpoint_id is not None:
+            config["configurable"]["checkpoint_id"] = checkpoint_id
+        found = self.saver.get_tuple(config)
+        return AgentState.from_checkpoint(found.checkpoint["channel_values"])
+
+
+@contextmanager
+def langgraph_saver() -> Iterator[Any]:
+    """A ``PostgresSaver`` on an embedded Postgres in a temp dir, stopped on exit."""
+    from tulip_ops.dev.embedded import EmbeddedPostgres
+
+    postgres_mod = importlib.import_module("langgraph.checkpoint.postgres")
+    with tempfile.TemporaryDirectory(prefix="tulip-bench-lg-") as d:
+        postgres = EmbeddedPostgres(Path(d) / "postgres", keep=False)
+        postgres.start()
+        try:
+            with postgres_mod.PostgresSaver.from_conn_string(postgres.admin_dsn) as saver:
+                saver.setup()
+                yield saver
+        finally:
+            postgres.stop()
 
 
 class Ours:
@@ -335,7 +392,9 @@ class Floor:
         return AgentState.from_checkpoint(json.loads(zlib.decompress(data)))
 
 
-async def bench_thread(storage: DeltaStorage, thread: Thread, depth: int, loads: int) -> Result:
+async def bench_thread(
+    storage: DeltaStorage, thread: Thread, depth: int, loads: int, saver: Any = None
+) -> Result:
     """Saves interleaved turn by turn, then loads interleaved round by round, so the
     schemes share the same conditions."""
     ours, full, seed, floor = (
@@ -344,14 +403,19 @@ async def bench_thread(storage: DeltaStorage, thread: Thread, depth: int, loads:
         SeedChain(storage, depth),
         Floor(storage),
     )
-    save_ms: dict[str, list[float]] = {"ours": [], "full": [], "seed": []}
+    lg = LangGraphPostgres(saver, thread.name) if saver is not None else None
+    save_ms: dict[str, list[float]] = {"ours": [], "full": [], "seed": [], "lg": []}
     for i, state in enumerate(thread.states):
         save_ms["ours"].append((await timed(functools.partial(ours.save, state)))[0])
         save_ms["full"].append((await timed(functools.partial(full.save, i, state)))[0])
         save_ms["seed"].append((await timed(functools.partial(seed.save, i, state)))[0])
+        if lg is not None:
+            save_ms["lg"].append((await timed(functools.partial(lg.save, i, state)))[0])
     await floor.put(thread.states[-1])
     rng = random.Random(7)
-    load_ms: dict[str, list[float]] = {"ours": [], "seed": [], "floor": [], "old": []}
+    load_ms: dict[str, list[float]] = {
+        k: [] for k in ("ours", "seed", "floor", "old", "lg", "lg_old")
+    }
     gets = trips = 0
     for _ in range(loads):
         ms, latest = await timed(ours.load_latest)
@@ -363,6 +427,12 @@ async def bench_thread(storage: DeltaStorage, thread: Thread, depth: int, loads:
         load_ms["old"].append(ms)
         gets, trips = max(gets, g), max(trips, t)
         assert latest == thread.states[-1] and old == thread.states[n]
+        if lg is not None:
+            ms, lg_latest = await timed(lg.load)
+            load_ms["lg"].append(ms)
+            ms, lg_old = await timed(functools.partial(lg.load, lg.ids[n]))
+            load_ms["lg_old"].append(ms)
+            assert lg_latest == thread.states[-1] and lg_old == thread.states[n]
     return Result(
         name=thread.name,
         saves=len(thread.states),
@@ -379,6 +449,9 @@ async def bench_thread(storage: DeltaStorage, thread: Thread, depth: int, loads:
         save_ours=p50(save_ms["ours"]),
         save_full=p50(save_ms["full"]),
         save_seed=p50(save_ms["seed"]),
+        save_lg=p50(save_ms["lg"]),
+        load_lg=p50(load_ms["lg"]),
+        load_lg_old=p50(load_ms["lg_old"]),
     )
 
 
@@ -408,6 +481,81 @@ def table(title: str, results: list[Result]) -> None:
         )
 
 
+def langgraph_table(results: list[Result]) -> None:
+    """Ours against LangGraph's PostgresSaver on the same turns (p50 ms, ratios)."""
+    head = (
+        f"{'thread':<16}{'saves':>6} | {'save ours':>9}{'lg':>7}{'ours/lg':>8}"
+        f" | {'old ld ours':>11}{'lg':>7}{'ours/lg':>8} | {'latest ours':>11}{'lg':>7}"
+        f"{'ours/lg':>8}"
+    )
+    print(f"\nAgainst LangGraph PostgresSaver (embedded Postgres)\n{head}\n{'-' * len(head)}")
+    for r in [*results, total(results)] if len(results) > 1 else results:
+        print(
+            f"{r.name[-16:]:<16}{r.saves:>6} | {r.save_ours:>9.2f}{r.save_lg:>7.2f}"
+            f"{r.save_ours / r.save_lg:>7.2f}x | {r.load_old:>11.2f}{r.load_lg_old:>7.2f}"
+            f"{r.load_old / r.load_lg_old:>7.2f}x | {r.load_ours:>11.2f}{r.load_lg:>7.2f}"
+            f"{r.load_ours / r.load_lg:>7.2f}x"
+        )
+
+
+@dataclass(frozen=True)
+class SummaryJobs:
+    name: str
+    checkpoints: int
+    jobs: int
+    per_checkpoint_before: int  # checkpoints past the threshold: one job each before
+
+
+async def summary_jobs(threads: list[Thread], redis_url: str) -> list[SummaryJobs]:
+    """Summary jobs per checkpoint under the default budget (TULIP_SUMMARIZE_OVER_TOKENS
+    6000, TULIP_SUMMARY_STEP_TOKENS 1500): the real trigger and (extractive) summary
+    worker, a job run as soon as it is enqueued; against one job per checkpoint past
+    the threshold (the rule before the step)."""
+    from tulip_memory.compactor import estimate_message_tokens
+    from tulip_memory.summaries import SummaryBudget, SummaryStore
+    from tulip_wire.endpoints import redis_client
+    from tulip_workers.summarizer import SummaryScheduler, SummaryTrigger, SummaryWorker
+
+    budget = SummaryBudget()
+    out: list[SummaryJobs] = []
+    for thread in threads:
+        # A job is run right here when the trigger enqueues it (the broker is not measured).
+        scheduler = SummaryScheduler(redis_client(redis_url), lambda tenant, thread: None)
+        checkpointer = DeltaCheckpointer(InMemoryObjectStorage())
+        worker = SummaryWorker(checkpointer=checkpointer, scheduler=scheduler)
+        worker.step_tokens = budget.step_tokens
+        threads_of = worker.threads("bench")
+        trigger = SummaryTrigger(budget, scheduler)
+        summaries = SummaryStore(threads_of.storage)
+        jobs = before = 0
+        for state in thread.states:
+            await threads_of.save(state, thread.name)
+            messages = list(state.messages)
+            if sum(estimate_message_tokens(m) for m in messages) > budget.over_tokens:
+                before += 1
+            if await trigger.checkpointed("bench", thread.name, messages, summaries):
+                await worker.run("bench", thread.name)
+                jobs += 1
+        out.append(SummaryJobs(thread.name, len(thread.states), jobs, before))
+    return out
+
+
+def summary_table(rows: list[SummaryJobs]) -> None:
+    head = f"{'thread':<16}{'ckpts':>6} | {'jobs':>5}{'/ckpt':>7} | {'before':>6}{'/ckpt':>7}"
+    print(f"\nSummary jobs per checkpoint (default budget)\n{head}\n{'-' * len(head)}")
+    total = SummaryJobs(
+        "ALL",
+        sum(r.checkpoints for r in rows),
+        sum(r.jobs for r in rows),
+        sum(r.per_checkpoint_before for r in rows),
+    )
+    for r in [*rows, total] if len(rows) > 1 else rows:
+        print(
+            f"{r.name[-16:]:<16}{r.checkpoints:>6} | {r.jobs:>5}{r.jobs / r.checkpoints:>7.3f}"
+            f" | {r.per_checkpoint_before:>6}{r.per_checkpoint_before / r.checkpoints:>7.3f}"
+        )
+
+
 def total(results: list[Result]) -> Result:
     def med(attr: str) -> float:
         return float(statistics.median(getattr(r, attr) for r in results))
@@ -428,6 +576,9 @@ def total(results: list[Result]) -> Result:
         save_ours=med("save_ours"),
         save_full=med("save_full"),
         save_seed=med("save_seed"),
+        save_lg=med("save_lg"),
+        load_lg=med("load_lg"),
+        load_lg_old=med("load_lg_old"),
     )
 
 
@@ -538,14 +689,27 @@ def threads_from(args: argparse.Namespace) -> list[Thread]:
 async def main_async(args: argparse.Namespace) -> None:
     threads = threads_from(args)
     source = "LoCoMo" if args.dataset else f"synthetic agent threads ({args.turns} turns)"
-    with open_storage(args) as storage:
-        results = [await bench_thread(storage, t, args.depth, args.loads) for t in threads]
+    with contextlib.ExitStack() as stack:
+        saver = stack.enter_context(langgraph_saver()) if args.langgraph else None
+        storage = stack.enter_context(open_storage(args))
+        results = [await bench_thread(storage, t, args.depth, args.loads, saver) for t in threads]
         await storage.close()
     table(
         f"{source}: one save per turn, max_chain_depth={args.depth}, zlib 6, "
         f"{args.storage} storage; sizes in KiB, times p50 in ms; ALL = sums, medians",
         results,
     )
+    if args.langgraph:
+        langgraph_table(results)
+    if args.summaries:
+        from tulip_ops.dev.embedded import EmbeddedRedis
+
+        with tempfile.TemporaryDirectory(prefix="tulip-bench-redis-") as d:
+            server = EmbeddedRedis(Path(d) / "redis")
+            try:
+                summary_table(await summary_jobs(threads, server.start().url))
+            finally:
+                server.stop()
     if args.sweep:
         await sweep(threads, [int(d) for d in args.sweep.split(",")], max(60, args.loads))
 
@@ -560,6 +724,12 @@ def main() -> None:
     parser.add_argument("--storage", choices=["s3", "file", "memory"], default="s3")
     parser.add_argument("--endpoint-url", help="an S3 endpoint instead of a moto subprocess")
     parser.add_argument("--sweep", default="", help="depths to compare, e.g. 1,2,5,10")
+    parser.add_argument("--summaries", action="store_true", help="also summary jobs per checkpoint")
+    parser.add_argument(
+        "--langgraph",
+        action="store_true",
+        help="also LangGraph's PostgresSaver (needs langgraph-checkpoint-postgres installed)",
+    )
     asyncio.run(main_async(parser.parse_args()))
 
 
