@@ -10,6 +10,7 @@ delete or a copy in between only costs the next save a decode of the head.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -67,27 +68,28 @@ class LatestCache:
     def get(self, thread_id: str, latest: tuple[int, str] | None, digest: str) -> Latest | None:
         """The state cached for ``thread_id`` if it is that checkpoint, else None."""
         key = self._scope + thread_id
-        entry = self._shared.entries.get(key)
-        if entry is None or entry.latest != latest or entry.state.digest != digest:
-            return None
-        self._shared.entries.move_to_end(key)
-        return entry.state
+        with self._shared.lock:
+            entry = self._shared.entries.get(key)
+            if entry is None or entry.latest != latest or entry.state.digest != digest:
+                return None
+            self._shared.entries.move_to_end(key)
+            return entry.state
 
     def put(self, thread_id: str, latest: tuple[int, str], state: Latest) -> None:
-        self.drop(thread_id)
         shared = self._shared
-        if state.size > shared.max_bytes or shared.max_threads == 0:
-            return
-        shared.entries[self._scope + thread_id] = Cached(latest, state)
-        shared.bytes += state.size
-        while len(shared.entries) > shared.max_threads or shared.bytes > shared.max_bytes:
-            _, old = shared.entries.popitem(last=False)
-            shared.bytes -= old.state.size
+        with shared.lock:
+            shared.pop(self._scope + thread_id)
+            if state.size > shared.max_bytes or shared.max_threads == 0:
+                return
+            shared.entries[self._scope + thread_id] = Cached(latest, state)
+            shared.bytes += state.size
+            while len(shared.entries) > shared.max_threads or shared.bytes > shared.max_bytes:
+                _, old = shared.entries.popitem(last=False)
+                shared.bytes -= old.state.size
 
     def drop(self, thread_id: str) -> None:
-        old = self._shared.entries.pop(self._scope + thread_id, None)
-        if old is not None:
-            self._shared.bytes -= old.state.size
+        with self._shared.lock:
+            self._shared.pop(self._scope + thread_id)
 
 
 class _Entries:
@@ -98,3 +100,9 @@ class _Entries:
         self.max_bytes = max_bytes
         self.entries: OrderedDict[str, Cached] = OrderedDict()
         self.bytes = 0
+        self.lock = threading.Lock()  # checkpointers may be shared by threads
+
+    def pop(self, key: str) -> None:
+        old = self.entries.pop(key, None)
+        if old is not None:
+            self.bytes -= old.state.size
