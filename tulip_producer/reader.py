@@ -37,6 +37,17 @@ State = Literal["unknown", "pending", "applied", "dead"]
 View = Literal["full", "compacted"]
 
 
+#: The most results one recall returns: a bound on the work and the reply of one call.
+MAX_RECALL_LIMIT = 1000
+
+
+def check_limit(name: str, value: int) -> None:
+    """``value`` is a result count in ``1..MAX_RECALL_LIMIT``, or a ``ValueError``
+    saying so (a ``limit=10**6`` would scan and ship a whole namespace)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RECALL_LIMIT:
+        raise ValueError(f"{name} must be an integer in 1..{MAX_RECALL_LIMIT}, got {value!r}")
+
+
 @dataclass(frozen=True)
 class EventStatus:
     event_id: str
@@ -141,6 +152,7 @@ class AsyncReader:
         """The ``limit`` memories of ``namespace`` most relevant to ``query`` (most
         recent without one), across every memory type, in one statement."""
         ns = validate_namespace(namespace)
+        check_limit("limit", limit)
         hits = await self.store.search_across([(*ns, t) for t in TYPES], query, limit)
         out = []
         for hit in hits:
@@ -164,6 +176,7 @@ class AsyncReader:
         cosine, complete whatever other tenants hold); ``turn_index`` is the turn's
         position within its session. ``since`` / ``until`` (timezone-aware) keep the
         turns whose time is in ``[since, until)``."""
+        check_limit("top_k", top_k)
         matches = await self.store.search_turns(
             namespace, query, top_k, threshold, since=since, until=until
         )

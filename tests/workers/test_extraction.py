@@ -338,3 +338,14 @@ async def test_turn_recall_is_complete_and_exact_beside_other_tenants(
     by_text = dict(zip(texts, sims, strict=True))
     assert [h.score for h in hits] == pytest.approx(sorted(sims, reverse=True), abs=1e-5)
     assert all(h.score == pytest.approx(by_text[h.text], abs=1e-5) for h in hits)
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1001, 10**6, True])
+async def test_recall_limits_are_capped_with_a_clear_error(
+    reader: AsyncReader, tenant: str, limit: int
+) -> None:
+    with pytest.raises(ValueError, match=r"limit must be an integer in 1\.\.1000"):
+        await reader.recall((tenant, "u"), "colour", limit=limit)
+    with pytest.raises(ValueError, match=r"top_k must be an integer in 1\.\.1000"):
+        await reader.recall_turns((tenant, "u"), "colour", top_k=limit)
+    assert await reader.recall((tenant, "u"), "colour", limit=1000) == []
