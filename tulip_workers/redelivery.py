@@ -41,6 +41,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
+from tulip_wire.redact import redact_url
 from tulip_wire.topology import DEATHS_PREFIX, ORDERED_QUEUE_PREFIXES, RUNNING_PREFIX
 
 _EXIT_FAILURE = 1
@@ -188,7 +189,7 @@ def restore_for_worker(app: Celery, queue_names: Iterable[str]) -> int:
         if connection.transport.driver_type != "redis":
             return 0
         try:
-            connection.ensure_connection(max_retries=app.conf.broker_connection_max_retries)
+            connect_loudly(connection, app.conf.broker_connection_max_retries)
             restored = restore_unacked(connection, queues)
         except Exception as e:
             logger.critical("could not restore unacked messages of %s", queues, exc_info=True)
@@ -196,6 +197,29 @@ def restore_for_worker(app: Celery, queue_names: Iterable[str]) -> int:
     if restored:
         logger.warning("restored %d unacked message(s) to the head of %s", restored, queues)
     return restored
+
+
+#: Pauses between broker connection attempts at start: the first retry at once, then
+#: every few seconds, each failure logged with the (credential-free) URL.
+_CONNECT_INTERVALS = {"interval_start": 0, "interval_step": 2, "interval_max": 5}
+
+
+def connect_loudly(connection: Any, max_retries: int | None) -> None:
+    """``connection.ensure_connection``, logging at once and on every failed attempt
+    which broker it is trying (credentials stripped) and why, so a worker whose
+    broker is down says so instead of printing nothing."""
+    where = redact_url(connection.as_uri())
+
+    def failed(error: BaseException, interval: float) -> None:
+        logger.error(
+            "cannot reach the broker at %s (TULIP_BROKER_URL): %s; retrying in %.0fs",
+            where,
+            error,
+            interval,
+        )
+
+    logger.info("connecting to the broker at %s", where)
+    connection.ensure_connection(errback=failed, max_retries=max_retries, **_CONNECT_INTERVALS)
 
 
 def install(app: Celery) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 import time
 import urllib.request
@@ -23,7 +24,7 @@ from celery import Celery
 from tests.pipeline.conftest import Pipeline
 from tests.pipeline.test_faults import ColourModel, model_env, session, shard_of
 from tests.support.openai_server import FakeOpenAI
-from tests.support.workers import worker_env
+from tests.support.workers import WorkerProcess, worker_env
 from tulip_ops.dev.embedded import EmbeddedRedis
 from tulip_ops.dev.flower import Flower
 from tulip_wire.endpoints import kombu_url
@@ -223,3 +224,17 @@ def test_model_calls_longer_than_the_lease_never_exceed_the_cap(
         pipeline.wait_applied(reader, ids, timeout=120)
         assert [reader.status(e).state for e in ids] == ["applied"] * 4
     assert fake_openai.max_inflight == 1
+
+
+def test_a_worker_whose_broker_is_down_says_which_one_at_once_and_again(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    env = worker_env(**pipeline.env(TULIP_BROKER_URL="redis://:hunter2-secret@127.0.0.1:1/0"))
+    worker = WorkerProcess("no-broker", ["memory.extract.0"], env, tmp_path / "no-broker.log")
+    pipeline.workers.started.append(worker)
+    worker.start(wait=False)
+    line = re.compile(
+        r"cannot reach the broker at redis://\S*@127\.0\.0\.1:1/0 \(TULIP_BROKER_URL\)"
+    )
+    wait_for("two attempts logged", lambda: len(line.findall(worker.output())) >= 2, timeout=60)
+    assert "hunter2-secret" not in worker.output()

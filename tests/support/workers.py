@@ -36,7 +36,7 @@ class WorkerProcess:
     proc: subprocess.Popen[bytes] | None = None
     _out: object = field(default=None, repr=False)
 
-    def start(self, ready_timeout: float = 60.0) -> WorkerProcess:
+    def start(self, ready_timeout: float = 60.0, *, wait: bool = True) -> WorkerProcess:
         out = open(self.log, "ab")  # noqa: SIM115 - closed in stop()
         self._out = out
         spec = WorkerSpec(self.name, tuple(self.queues), self.pool, self.concurrency)
@@ -47,7 +47,8 @@ class WorkerProcess:
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-        self._wait_ready(ready_timeout)
+        if wait:
+            self._wait_ready(ready_timeout)
         return self
 
     def _wait_ready(self, timeout: float) -> None:
