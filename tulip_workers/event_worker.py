@@ -76,6 +76,15 @@ class Outcome:
     reason: str | None = None
 
 
+class DatabaseUnreachable(ConnectionError):
+    """Postgres cannot be reached: names the setting and where it points."""
+
+    def __init__(self, where: str, cause: BaseException) -> None:
+        super().__init__(
+            f"cannot reach Postgres at {where} (TULIP_DATABASE_URL): {describe(cause)}"
+        )
+
+
 class AlreadyApplied(Exception):
     """Rolls back a transaction whose event the ledger already holds."""
 
@@ -106,6 +115,8 @@ class EventWorker(ABC):
     #: With a signer, only events signed by one of its keys are applied.
     signer: Signer | None = None
     tally: DeadLetterTally | None = None
+    #: Where the store connects, credentials stripped, for errors that say so.
+    database: str | None = None
     _ready: bool = False
 
     async def handle_durably(
@@ -220,9 +231,14 @@ class EventWorker(ABC):
     async def _ensure(self) -> None:
         if self._ready:
             return
-        async with self.store.transaction(UNKNOWN_TENANT) as tx:
-            await self.ledger.ensure(tx.conn)
-            await self.dead_letters.ensure(tx.conn)
+        try:
+            async with self.store.transaction(UNKNOWN_TENANT) as tx:
+                await self.ledger.ensure(tx.conn)
+                await self.dead_letters.ensure(tx.conn)
+        except Exception as e:
+            if is_unreachable(e) and self.database is not None:
+                raise DatabaseUnreachable(self.database, e) from e
+            raise
         self._ready = True
 
     async def _done(self, event_id: str) -> bool:

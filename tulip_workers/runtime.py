@@ -13,7 +13,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from tulip_memory._portal import Portal
-from tulip_memory.config import store_from_env
+from tulip_memory.config import database_url, store_from_env
 from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.extract import LLMExtractorConfig
 from tulip_memory.reindex import Reindexer
@@ -117,6 +117,7 @@ def _event_limits() -> dict[str, Any]:
     url = redis_url()
     return {
         "tally": None if url is None else DeadLetterTally(redis_client(url)),
+        "database": redact_url(database_url()),
         "retry": RetryPolicy(attempts=positive_int("TULIP_EXTRACT_ATTEMPTS", 4)),
         "max_body_bytes": positive_int("TULIP_MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),
         "max_claim_bytes": positive_int("TULIP_MAX_CLAIM_BYTES", DEFAULT_MAX_CLAIM_BYTES),

@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import asyncpg
 import numpy as np
@@ -22,8 +23,11 @@ from tulip_memory.messages import Message, Role
 from tulip_memory.store import PgMemory
 from tulip_producer.reader import AsyncReader
 from tulip_wire.events import Envelope, encode, session_ended
+from tulip_wire.redact import redact_url
+from tulip_workers.event_worker import DatabaseUnreachable
 from tulip_workers.extraction import APPLIED, DEAD, DUPLICATE, SUPERSEDED, ExtractionWorker
 from tulip_workers.extractors import LLMStep, heuristic
+from tulip_workers.failures import is_unreachable
 from tulip_workers.retry import RetryPolicy
 
 FAST = RetryPolicy(attempts=3, base=0.01, cap=0.02)
@@ -349,3 +353,19 @@ async def test_recall_limits_are_capped_with_a_clear_error(
     with pytest.raises(ValueError, match=r"top_k must be an integer in 1\.\.1000"):
         await reader.recall_turns((tenant, "u"), "colour", top_k=limit)
     assert await reader.recall((tenant, "u"), "colour", limit=1000) == []
+
+
+async def test_an_unreachable_database_is_named_with_its_setting(tmp_path: Path) -> None:
+    dsn = f"postgresql://app:s3cret@/tulip?host={tmp_path / 'no-such-dir'}"
+    store = PgMemory(dsn, table=TABLE, embedder=HashingEmbedder(384))
+    worker = ExtractionWorker(
+        store=store, extractor=heuristic, retry=FAST, database=redact_url(dsn)
+    )
+    try:
+        with pytest.raises(DatabaseUnreachable) as raised:
+            await worker.handle(encode(event(("t", "u"), "hello")))
+    finally:
+        await store.close()
+    text = str(raised.value)
+    assert "(TULIP_DATABASE_URL)" in text and str(tmp_path / "no-such-dir") in text
+    assert "s3cret" not in text and is_unreachable(raised.value)
