@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shutil
+import tempfile
 import threading
 import time
 import urllib.request
@@ -24,9 +26,13 @@ from celery import Celery
 from tests.pipeline.conftest import Pipeline
 from tests.pipeline.test_faults import ColourModel, model_env, session, shard_of
 from tests.support.openai_server import FakeOpenAI
+from tests.support.services import APP_ROLE
 from tests.support.workers import WorkerProcess, worker_env
-from tulip_ops.dev.embedded import EmbeddedRedis
+from tulip_memory.embeddings import HashingEmbedder
+from tulip_memory.store import PgMemory
+from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis
 from tulip_ops.dev.flower import Flower
+from tulip_ops.provision import migrate_now
 from tulip_wire.endpoints import kombu_url
 from tulip_wire.events import SESSION_ENDED, TASKS, session_ended
 from tulip_wire.routing import ShardRouter
@@ -238,3 +244,46 @@ def test_a_worker_whose_broker_is_down_says_which_one_at_once_and_again(
     )
     wait_for("two attempts logged", lambda: len(line.findall(worker.output())) >= 2, timeout=60)
     assert "hunter2-secret" not in worker.output()
+
+
+def test_a_postgres_restart_mid_stream_dead_letters_nothing_and_keeps_order(
+    pipeline: Pipeline,
+) -> None:
+    data = Path(tempfile.mkdtemp(prefix="tulip-pg-"))  # short: the socket lives in it
+    own = EmbeddedPostgres(data, keep=True).start(APP_ROLE)
+    pipeline.database_url, pipeline.admin_url = own.app_dsn, own.admin_dsn
+    embedder = HashingEmbedder(384)
+    migrate_now(
+        PgMemory(own.app_dsn, table=pipeline.table, embedder=embedder, migrator=own.admin_dsn)
+    )
+    namespaces = [("pg-restart", "users", f"u{i}") for i in range(6)]
+    try:
+        pipeline.start_shards()
+        with pipeline.producer() as producer:
+            ids = [
+                producer.session_ended(ns, "t", session(r, f"c{r:03d}"))
+                for r in range(30)
+                for ns in namespaces
+            ]
+            with pipeline.reader() as reader:
+                wait_for("some events applied", lambda: reader.status(ids[12]).state != "pending")
+            own.stop()
+            ids += [
+                producer.session_ended(ns, "t", session(r, f"c{r:03d}"))
+                for r in range(30, 40)
+                for ns in namespaces
+            ]
+            time.sleep(5)  # the outage (the fault, not an assertion)
+            own.start(APP_ROLE)
+            assert producer.flush(timeout=60)
+        with pipeline.reader() as reader:
+            pipeline.wait_applied(reader, ids, timeout=180)
+            assert [s.reason for s in map(reader.status, ids) if s.state != "applied"] == []
+            for ns in namespaces:
+                found = {m.key: m.content for m in reader.recall(ns, None)}
+                assert "c039" in found["favourite-colour"]
+        # The outage did hit the stream: a worker waited for Postgres, in place.
+        assert any("a dependency is unreachable" in w.output() for w in pipeline.workers.started)
+    finally:
+        own.stop()
+        shutil.rmtree(data, ignore_errors=True)
