@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import socket
 import threading
 import time
 import uuid
@@ -57,12 +59,19 @@ from tulip_wire.pending import PendingStates
 from tulip_wire.published import PublishedEvents
 from tulip_wire.routing import ShardRouter, stable_hash
 from tulip_wire.signing import signer_of
-from tulip_wire.topology import CHECKPOINT_QUEUE_PREFIX, EXTRACT_QUEUE_PREFIX, SEQ_KEY_PREFIX
+from tulip_wire.topology import (
+    CHECKPOINT_QUEUE_PREFIX,
+    EXTRACT_QUEUE_PREFIX,
+    SEQ_KEY_PREFIX,
+    SPOOL_REPORT_PREFIX,
+)
 
 KEY_LOCK_STRIPES = 64
 FLUSH_BATCH = 100
 RETRY_MIN_DELAY = 0.05
 RETRY_MAX_DELAY = 2.0
+SPOOL_REPORT_EVERY = 5.0  # seconds between spool-depth reports to Redis (the metrics)
+SPOOL_REPORT_TTL = 60  # a stopped producer's report expires
 IDLE_POLL = 1.0  # also notices rows spooled by another process sharing the directory
 DEFAULT_CLOSE_TIMEOUT = 5.0
 
@@ -183,6 +192,11 @@ class _Publisher:
         env = env.with_seq(int(seq))
         self.send(env, self._wire(env))
 
+    def report_spool(self, producer: str, depth: int) -> None:
+        """Tell ``tulip-memory metrics`` how many events this producer holds in its
+        spool (a key that expires when the producer stops reporting)."""
+        self._redis.set(f"{SPOOL_REPORT_PREFIX}{producer}", depth, ex=SPOOL_REPORT_TTL)
+
     def depth(self, kind: str, key: str) -> int:
         """Messages waiting on the shard queue of ``key`` (a passive declare)."""
         queue = self._routers[kind].queue(key)
@@ -300,8 +314,10 @@ class _Gate:
 class _Flusher:
     """The background thread that drains the spool, backing off while delivery fails."""
 
-    def __init__(self, drain: Callable[[], bool]) -> None:
+    def __init__(self, drain: Callable[[], bool], report: Callable[[], None]) -> None:
         self._drain = drain
+        self._report = report
+        self._reported = 0.0
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tulip-spool-flusher", daemon=True)
@@ -322,9 +338,19 @@ class _Flusher:
             log.exception("draining the spool failed")
             return False
 
+    def _report_now_and_then(self) -> None:
+        if time.monotonic() - self._reported < SPOOL_REPORT_EVERY:
+            return
+        self._reported = time.monotonic()
+        try:
+            self._report()
+        except Exception as e:  # Redis away too: the report comes back with it
+            log.debug("spool depth not reported (%s)", type(e).__name__)
+
     def _run(self) -> None:
         delay = RETRY_MIN_DELAY
         while not self._stopping.is_set():  # first pass at once: a previous run may have left rows
+            self._report_now_and_then()
             if self._drain_logged():
                 delay = RETRY_MIN_DELAY
                 self._wake.wait(IDLE_POLL)
@@ -354,7 +380,8 @@ class Producer:
         self._close_lock = threading.Lock()
         self._degraded = False
         self._left_spooled: int | None = None
-        self._flusher = _Flusher(self._drain)
+        self._name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self._flusher = _Flusher(self._drain, self._report_spool)
 
     @classmethod
     def from_env(cls) -> Self:
@@ -504,6 +531,9 @@ class Producer:
             time.sleep(delay if left is None else min(delay, left))
             delay = min(2 * delay, RETRY_MAX_DELAY)
         return True
+
+    def _report_spool(self) -> None:
+        self._publisher.report_spool(self._name, len(self._spool))
 
     def _drain(self, deadline: float | None = None) -> bool:
         """One pass: publish spooled rows in order until empty (True), a failure or the deadline."""

@@ -17,6 +17,7 @@ from tests.pipeline.test_faults import session, shard_of
 from tests.pipeline.test_poison import sender, wait_for
 from tests.support.workers import ROOT, worker_env
 from tulip_ops.dev.flower import free_port
+from tulip_producer import Producer
 from tulip_wire.events import SESSION_ENDED, TASKS
 
 
@@ -98,3 +99,26 @@ def test_queue_depth_is_a_stopped_shards_backlog_exactly_and_dead_letters_count(
     assert values[("tulip_dead_letters_total", (("reason_class", "model"),))] == 0
     assert values[("tulip_broker_up", ())] == 1
     assert values[("tulip_llm_inflight", ())] == 0
+
+
+def test_a_producers_spool_depth_is_reported(pipeline: Pipeline, metrics: str) -> None:
+    producer = Producer.from_urls(
+        "redis://127.0.0.1:1/0",  # a broker that is down: every event is spooled
+        pipeline.broker_url,  # sequence numbers and the report: a Redis that is up
+        spool_dir=pipeline.spool,
+        extract_shards=2,
+        checkpoint_shards=2,
+    )
+    try:
+        for i in range(3):
+            producer.session_ended(("spooled", "u"), "t", session(i, "red"))
+        assert producer.spooled == 3
+
+        def reported() -> list[float] | None:
+            values = scrape(metrics) or {}
+            depths = [v for (name, _), v in values.items() if name == "tulip_producer_spool_depth"]
+            return depths if 3 in depths else None
+
+        assert 3 in wait_for("the spool depth reported", reported, timeout=30)
+    finally:
+        producer.close(timeout=0)
