@@ -6,6 +6,7 @@ the local OpenAI-compatible server, its vector store a local Qdrant directory.""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from tulip_memory.manager import Mem0MemoryManager
 from tulip_memory.messages import Message, Role
 from tulip_memory.state import AgentState
 
+# mem0 reads MEM0_TELEMETRY once, at import (which importorskip does at collection).
+os.environ.setdefault("MEM0_TELEMETRY", "False")
 pytest.importorskip("mem0")
 
 
@@ -29,7 +32,6 @@ def facts(request: dict[str, Any]) -> Reply:
 async def test_the_real_library(
     fake_openai: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("MEM0_TELEMETRY", "False")
     monkeypatch.setenv("MEM0_DIR", str(tmp_path / "mem0"))
     fake_openai.default_chat = facts
     local = {"api_key": "test", "openai_base_url": fake_openai.url}
