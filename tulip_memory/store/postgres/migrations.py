@@ -108,6 +108,53 @@ def _ns_stats(t: str, p: str) -> tuple[str, ...]:
     )
 
 
+def _ns_count_by_fresh_namespace(t: str) -> str:
+    """Migration 13's counter trigger function: as migration 11's, but a namespace is
+    counted from the table only when it has no counter yet (migration 11's statement
+    let the planner count every namespace an insert touched, so an insert into a big
+    namespace read all of its rows)."""
+    return f"""CREATE OR REPLACE FUNCTION {t}_ns_count() RETURNS trigger
+        LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+        BEGIN
+            IF TG_OP = 'INSERT' THEN
+                WITH d AS MATERIALIZED (
+                    SELECT tenant, ns, count(*) AS n, sum(length(tsv)) AS dl
+                    FROM new_rows GROUP BY tenant, ns),
+                bumped AS (
+                    UPDATE {t}_ns_stats s SET rows = s.rows + d.n, dl = s.dl + d.dl
+                    FROM d WHERE s.tenant = d.tenant AND s.ns = d.ns
+                    RETURNING s.tenant, s.ns),
+                fresh AS MATERIALIZED (
+                    SELECT d.tenant, d.ns FROM d
+                    WHERE NOT EXISTS (SELECT 1 FROM bumped b
+                                      WHERE b.tenant = d.tenant AND b.ns = d.ns))
+                INSERT INTO {t}_ns_stats AS s (tenant, ns, rows, dl)
+                SELECT f.tenant, f.ns, c.n, c.dl FROM fresh f
+                CROSS JOIN LATERAL (
+                    SELECT count(*) AS n, coalesce(sum(length(m.tsv)), 0) AS dl
+                    FROM {t} m WHERE m.tenant = f.tenant AND m.ns = f.ns) c
+                ON CONFLICT (tenant, ns) DO UPDATE
+                SET rows = s.rows + (SELECT count(*) FROM new_rows r
+                                     WHERE r.tenant = s.tenant AND r.ns = s.ns),
+                    dl = s.dl + (SELECT coalesce(sum(length(r.tsv)), 0) FROM new_rows r
+                                 WHERE r.tenant = s.tenant AND r.ns = s.ns);
+            ELSIF TG_OP = 'DELETE' THEN
+                UPDATE {t}_ns_stats s SET rows = s.rows - d.n, dl = s.dl - d.dl
+                FROM (SELECT tenant, ns, count(*) AS n, coalesce(sum(length(tsv)), 0) AS dl
+                      FROM old_rows GROUP BY tenant, ns) d
+                WHERE s.tenant = d.tenant AND s.ns = d.ns;
+            ELSE
+                UPDATE {t}_ns_stats s SET dl = s.dl + d.dl
+                FROM (SELECT tenant, ns, sum(dl) AS dl FROM (
+                          SELECT tenant, ns, length(tsv) AS dl FROM new_rows
+                          UNION ALL SELECT tenant, ns, -length(tsv) FROM old_rows) u
+                      GROUP BY tenant, ns HAVING sum(dl) <> 0) d
+                WHERE s.tenant = d.tenant AND s.ns = d.ns;
+            END IF;
+            RETURN NULL;
+        END $fn$"""
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -304,6 +351,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "hnsw cosine index over turns",
         ("CREATE INDEX {p}_turns_hnsw ON {t}_turns USING hnsw (embedding vector_cosine_ops)",),
         needs_ann=True,
+    ),
+    Migration(
+        13,
+        "namespace counters: count from the table only namespaces without a counter",
+        (_ns_count_by_fresh_namespace("{t}"), _ns_count_by_fresh_namespace("{t}_turns")),
     ),
 )
 
