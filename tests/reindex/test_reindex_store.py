@@ -18,6 +18,7 @@ from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.errors import EmbeddingError
 from tulip_memory.reindex import ReindexConflict, Reindexer, ReindexError
+from tulip_memory.reindex.reindexer import BUILD_MEMORY_MB, build_resources
 from tulip_memory.store import PgMemory
 from tulip_memory.store.fusion import HybridRanking
 from tulip_memory.store.postgres.store import TurnsIn
@@ -39,14 +40,14 @@ class Table:
             self.app_dsn, table=self.name, embedder=HashingEmbedder(32), ranking=VECTORS_ONLY
         )
 
-    async def hnsw(self) -> set[str]:
-        """The table's HNSW indexes, by the column they index."""
+    async def hnsw(self, suffix: str = "") -> set[str]:
+        """The table's (or ``<table><suffix>``'s) HNSW indexes, by the column they index."""
         rows = await self.admin(
             "SELECT a.attname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
             "JOIN pg_am am ON am.oid = c.relam "
             "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "
             "WHERE i.indrelid = $1::regclass AND am.amname = 'hnsw' AND i.indisvalid",
-            self.name,
+            self.name + suffix,
         )
         return {r["attname"] for r in rows}
 
@@ -122,6 +123,7 @@ async def test_reindex_moves_every_row_and_switches_recall(table: Table) -> None
     )
     assert late[0]["embedding"] is not None and late[0]["v"] is not None
     assert await table.hnsw() == {job.slot}  # built at the switch; the old one went at start
+    assert job.slot in await table.hnsw("_turns")  # the recall plan reads turns by index too
     done = await reindexer.finalize()
     assert done.status == "finalized"
     cols = await table.admin(
@@ -310,3 +312,10 @@ async def wait_for_waiter(table: Table, statement: str) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"nothing waits in {statement!r}")
+
+
+def test_an_index_build_gets_the_memory_its_graph_needs() -> None:
+    assert build_resources(0, 384, 8) == (BUILD_MEMORY_MB[0], 4)
+    memory, workers = build_resources(1_000_000, 384, 8)
+    assert 2_000 < memory <= BUILD_MEMORY_MB[1] and workers == 4
+    assert build_resources(10**9, 384, 2) == (BUILD_MEMORY_MB[1], 0)

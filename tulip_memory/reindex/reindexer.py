@@ -228,16 +228,26 @@ class Reindexer:
         await self._index_slot(job.slot, job.dim)
 
     async def _index_slot(self, slot: str, dim: int) -> None:
-        """A slot's HNSW index, built concurrently (writes go on meanwhile); an
-        invalid one left by a crash is dropped and built again."""
+        """A slot's HNSW indexes over the memories and the turns (the recall plan's
+        index path reads both), each built concurrently (writes go on meanwhile) with
+        the memory its graph needs; an invalid one left by a crash is dropped and
+        built again."""
         if dim > PGVECTOR_ANN_MAX_DIM:
             return
-        qualified = self._index_of(slot)
+        name = self.store.table_name
+        await self._build_index(sql.CREATE_INDEX, name, slot, dim)
+        await self._build_index(sql.CREATE_TURNS_INDEX, f"{name}_turns", slot, dim)
+
+    async def _build_index(self, create: str, table: str, slot: str, dim: int) -> None:
+        schema = self.store.table.rsplit(".", 1)[0]
+        name = slot_index(table, slot)
         async with self._owner() as conn:
-            if await conn.fetchval(self.q(sql.INDEX_VALID), qualified) is False:
-                await conn.execute(self.q(sql.DROP_INDEX, i=qualified))
-            name = slot_index(self.store.table_name, slot)
-            await conn.execute(self.q(sql.CREATE_INDEX, i=name, v=slot))
+            if await conn.fetchval(self.q(sql.INDEX_VALID), f"{schema}.{name}") is False:
+                await conn.execute(self.q(sql.DROP_INDEX, i=f"{schema}.{name}"))
+            size = await conn.fetchrow(self.q(sql.BUILD_SIZE), f"{schema}.{table}")
+            memory, workers = build_resources(float(size["rows"]), dim, int(size["workers"]))
+            await conn.execute(self.q(sql.BUILD_SETTINGS), f"{memory}MB", str(workers))
+            await conn.execute(self.q(create, i=name, v=slot))
 
     async def _index_read_slots(self) -> None:
         """Every slot recall reads has its index (after a finalize)."""
@@ -566,6 +576,20 @@ class _EmbedFailed(Exception):
 
 class _Stop(Exception):
     """Roll back: the job stopped or the range was done by another run."""
+
+
+#: Bounds of an HNSW build's maintenance_work_mem (MB) and parallel workers.
+BUILD_MEMORY_MB = (64, 4096)
+BUILD_WORKERS = 4
+
+
+def build_resources(rows: float, dim: int, server_workers: int) -> tuple[int, int]:
+    """maintenance_work_mem (MB) and parallel workers for an HNSW build over ``rows``
+    vectors of ``dim``: the graph holds each vector (4 bytes a dimension) and its
+    neighbour lists (m = 16: 32 links at layer 0, ~8 bytes each) with headroom."""
+    need = rows * (4 * dim + 32 * 8 + 64) * 1.5 / 2**20
+    memory = int(min(BUILD_MEMORY_MB[1], max(BUILD_MEMORY_MB[0], need)))
+    return memory, max(0, min(BUILD_WORKERS, server_workers - 2))
 
 
 def _scope(tenant: str | None) -> str:

@@ -68,6 +68,21 @@ CREATE_INDEX = (
     "CREATE INDEX CONCURRENTLY IF NOT EXISTS {i} ON {t} USING hnsw ({v} vector_cosine_ops)"
 )
 
+CREATE_TURNS_INDEX = CREATE_INDEX.replace("ON {t} ", "ON {t}_turns ")
+
+# The build's memory, for the session: pgvector builds the HNSW graph in
+# maintenance_work_mem (a graph that outgrows it is built several times slower), with
+# parallel workers when the server has them. $1 the memory, $2 the workers.
+BUILD_SETTINGS = """
+SELECT set_config('maintenance_work_mem', $1, false),
+       set_config('max_parallel_maintenance_workers', $2, false)"""
+
+# A table's rows (planner estimate) and the server's bound on parallel workers.
+BUILD_SIZE = """
+SELECT greatest(c.reltuples, 0)::float8 AS rows,
+       current_setting('max_worker_processes')::int AS workers
+FROM pg_class c WHERE c.oid = to_regclass($1)"""
+
 INDEX_VALID = """
 SELECT i.indisvalid FROM pg_index i
 WHERE i.indexrelid = to_regclass($1)"""
