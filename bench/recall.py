@@ -1,275 +1,431 @@
-"""PgMemory recall latency and quality on a multi-tenant table.
+"""PgMemory recall at scale: skewed namespaces, beside LangGraph's PostgresStore.
 
-Fills a table with ``--rows`` rows over ``--tenants`` tenants (each user has four
-memory-type namespaces of ``--per-namespace`` rows, 384-dimension vectors from the
-hashing embedder), then measures, on one pool and in the same run:
+Fills one table with ``--rows`` memories over ``--namespaces`` namespaces whose sizes
+follow Zipf's law (the largest holds ``--largest``), ten namespaces per tenant, and a
+turns table with one namespace of ``--turns`` turns beside 200 small ones (vectors
+from the hashing embedder, ``--dim`` wide). The same memories go into LangGraph's
+``PostgresStore`` (its ``store`` and ``store_vectors`` tables, its HNSW index) in the
+same database. Then, per size class of namespace, queries made of four words of one
+of the namespace's rows measure:
 
-- ``search`` of one namespace and ``search_many`` over the four memory types;
-- the seed's naive cost: one ``search`` per type, four round trips;
-- the floor: a bare ``SELECT 1`` on the same pool;
-- recall@10 of each against an exact numpy ranking, beside a plain HNSW
-  ``ORDER BY embedding <=> q`` (what the store deliberately does not run).
+- p50 / p99 latency of ``PgMemory.search`` (the plan the store picks) and of
+  ``PostgresStore.search``, and their ratio;
+- completeness: the share of queries answered with ``min(10, rows)`` results;
+- recall@10 of the store's answer against its exact path (``recall_plan="exact"``);
+- self-hit@10: the query's source row among the top 10, for the store, its exact
+  path and ``PostgresStore``.
 
-Usage: python -m bench.recall [--rows 200000] [--admin-dsn DSN]
-Without ``--admin-dsn`` it runs on an embedded Postgres 16 + pgvector in a temp dir.
+and the same for ``search_turns`` (``Reader.recall_turns``) on the turns table.
+
+Usage: python -m bench.recall [--rows 1000000] [--namespaces 10000] [--largest 100000]
+    [--turns 200000] [--queries 40] [--admin-dsn DSN]
+LangGraph runs only where ``langgraph-checkpoint-postgres`` is installed (a bench
+environment of its own, never a dependency of tulip-memory); without it the peer
+columns are left empty. Without ``--admin-dsn`` it runs on an embedded Postgres in a
+temp dir.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib
 import json
 import random
-import shutil
-import tempfile
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
+from collections import Counter
+from collections.abc import Awaitable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 import numpy as np
 from pgvector import Vector
 
+from bench._services import open_services
 from tulip_memory.embeddings.hashing import HashingEmbedder
 from tulip_memory.store import PgMemory
+from tulip_memory.store.postgres import plan
 from tulip_memory.store.validation import NS_SEP
-from tulip_ops.dev.embedded import EmbeddedPostgres
-from tulip_ops.provision import provision
 
-TYPES = ("user", "feedback", "project", "reference")
+TABLE = "bench_recall"
 VOCAB = [f"w{i}" for i in range(3000)]
+CLASSES = ((100_000, "100k+"), (10_000, "10k-100k"), (1_000, "1k-10k"), (100, "100-1k"),
+           (10, "10-100"), (1, "1-10"))  # fmt: skip
+LIMIT = 10
+SMALL_TURN_NAMESPACES = 200
 
 
-@dataclass
-class Layout:
-    rows: int
-    tenants: int
-    per_namespace: int
+def zipf_sizes(rows: int, namespaces: int, largest: int) -> list[int]:
+    """``namespaces`` sizes, the i-th ~ largest / i^s, s chosen so they sum to ~rows."""
+    ranks = np.arange(1, namespaces + 1, dtype=np.float64)
+    lo, hi = 0.01, 4.0
+    for _ in range(60):
+        s = (lo + hi) / 2
+        total = np.maximum(1, np.round(largest / ranks**s)).sum()
+        lo, hi = (lo, s) if total < rows else (s, hi)
+    return [int(x) for x in np.maximum(1, np.round(largest / ranks ** ((lo + hi) / 2)))]
 
-    @property
-    def users_per_tenant(self) -> int:
-        return max(1, self.rows // (self.tenants * len(TYPES) * self.per_namespace))
+
+def size_class(rows: int) -> str:
+    return next(name for floor, name in CLASSES if rows >= floor)
 
 
-def text(rng: random.Random) -> str:
+def sentence(rng: random.Random) -> str:
     return " ".join(rng.choices(VOCAB, k=rng.randint(6, 12)))
 
 
-async def load(admin_dsn: str, table: str, layout: Layout, emb: HashingEmbedder) -> None:
-    """Bulk-load with COPY, the HNSW index dropped and rebuilt after (as an operator
-    would load a table this size)."""
+@dataclass
+class Corpus:
+    """Namespaces (as tuples) with their sizes, and the text of a few rows of each
+    (the queries' sources)."""
+
+    sizes: dict[tuple[str, ...], int] = field(default_factory=dict)
+    samples: dict[tuple[str, ...], list[tuple[str, str]]] = field(default_factory=dict)
+
+
+def memory_namespaces(sizes: list[int]) -> Iterator[tuple[tuple[str, ...], int]]:
+    for i, n in enumerate(sizes):
+        yield (f"t{i // 10}", "facts", f"n{i}"), n
+
+
+def turn_namespaces(turns: int) -> Iterator[tuple[tuple[str, ...], int]]:
+    yield ("heavy", "turns", "u0"), turns
+    for i in range(SMALL_TURN_NAMESPACES):
+        yield (f"t{i}", "turns", "u0"), 1 + (i * 37) % 200
+
+
+async def _vector_codec(conn: Any) -> None:
+    await conn.set_type_codec(
+        "vector",
+        encoder=lambda v: Vector(v).to_binary(),
+        decoder=Vector.from_binary,
+        format="binary",
+        schema="public",
+    )
+
+
+async def load(
+    admin_dsn: str, args: argparse.Namespace, emb: HashingEmbedder, peer: bool
+) -> tuple[Corpus, Corpus]:
+    """COPY every row in (indexes built after, as an operator loads a table this
+    size); the store's counters fill through its triggers."""
     rng = random.Random(1)
+    memories, turns = Corpus(), Corpus()
     conn = await asyncpg.connect(admin_dsn)
     try:
-        await conn.execute(f"DROP INDEX IF EXISTS public.{table}_hnsw")
-        await conn.set_type_codec(
-            "vector",
-            encoder=lambda v: Vector(v).to_binary(),
-            decoder=Vector.from_binary,
-            format="binary",
-            schema="public",
-        )
-        batch: list[tuple[Any, ...]] = []
-        for t in range(layout.tenants):
-            for u in range(layout.users_per_tenant):
-                for typ in TYPES:
-                    ns = NS_SEP.join((f"tenant{t}", "users", f"u{u}", typ))
-                    for i in range(layout.per_namespace):
-                        content = text(rng)
-                        batch.append((f"tenant{t}", ns, f"k{i}", json.dumps(content), content))
-                if len(batch) >= 20_000:
-                    await _copy(conn, table, batch, emb)
-                    batch = []
+        await _vector_codec(conn)
+        drop = f"public.{TABLE}_hnsw, public.{TABLE}_turns_hnsw"
+        await conn.execute(f"DROP INDEX IF EXISTS {drop}")
+        if peer:
+            await conn.execute("DROP INDEX IF EXISTS store_vectors_embedding_idx")
+        batch: list[tuple[str, str, str, str]] = []
+        sizes = zipf_sizes(args.rows, args.namespaces, args.largest)
+        for ns, n in memory_namespaces(sizes):
+            memories.sizes[ns] = n
+            for i in range(n):
+                batch.append((ns[0], NS_SEP.join(ns), f"k{i}", sentence(rng)))
+            if len(batch) >= 20_000:
+                await _copy_memories(conn, batch, emb, peer, memories)
+                batch = []
         if batch:
-            await _copy(conn, table, batch, emb)
-        started = time.perf_counter()
-        await conn.execute("SET maintenance_work_mem = '1GB'")
-        await conn.execute(
-            f"CREATE INDEX {table}_hnsw ON public.{table} USING hnsw (embedding vector_cosine_ops)"
-        )
-        print(f"  hnsw index built in {time.perf_counter() - started:.1f}s", flush=True)
-        await conn.execute(f"ANALYZE public.{table}")
+            await _copy_memories(conn, batch, emb, peer, memories)
+        start = datetime(2025, 1, 1, tzinfo=UTC)
+        for ns, n in turn_namespaces(args.turns):
+            turns.sizes[ns] = n
+            for lo in range(0, n, 20_000):
+                rows = [
+                    (ns[0], NS_SEP.join(ns), i, sentence(rng))
+                    for i in range(lo, min(n, lo + 20_000))
+                ]
+                await _copy_turns(conn, rows, emb, start, turns)
+        await _build_indexes(conn, peer)
     finally:
         await conn.close()
+    return memories, turns
 
 
-async def _copy(conn: Any, table: str, batch: list[tuple[Any, ...]], emb: HashingEmbedder) -> None:
-    vectors = emb.embed([r[4] for r in batch])
-    records = [(*r, vectors[i]) for i, r in enumerate(batch)]
+async def _copy_memories(
+    conn: Any, batch: list[tuple[str, str, str, str]], emb: HashingEmbedder, peer: bool,
+    corpus: Corpus,
+) -> None:  # fmt: skip
+    vectors = emb.embed([r[3] for r in batch])
     await conn.copy_records_to_table(
-        table,
+        TABLE,
         schema_name="public",
-        records=records,
+        records=[(t, ns, k, json.dumps(c), c, vectors[i]) for i, (t, ns, k, c) in enumerate(batch)],
         columns=["tenant", "ns", "key", "value", "content", "embedding"],
     )
+    for _t, ns, k, c in batch:
+        sample = corpus.samples.setdefault(tuple(ns.split(NS_SEP)), [])
+        if len(sample) < 8:
+            sample.append((k, c))
+    if peer:
+        rows = [(".".join(ns.split(NS_SEP)), k, c) for _, ns, k, c in batch]
+        await conn.copy_records_to_table(
+            "store",
+            records=[(p, k, json.dumps({"text": c})) for p, k, c in rows],
+            columns=["prefix", "key", "value"],
+        )
+        await conn.copy_records_to_table(
+            "store_vectors",
+            records=[(p, k, "text", vectors[i]) for i, (p, k, _) in enumerate(rows)],
+            columns=["prefix", "key", "field_name", "embedding"],
+        )
 
 
-async def timed(fn: Callable[[], Awaitable[Any]], n: int) -> tuple[list[float], list[Any]]:
-    lat, out = [], []
-    for _ in range(n):
+async def _copy_turns(
+    conn: Any, rows: list[tuple[str, str, int, str]], emb: HashingEmbedder, start: datetime,
+    corpus: Corpus,
+) -> None:  # fmt: skip
+    vectors = emb.embed([r[3] for r in rows])
+    records = [
+        (t, ns, "th", f"e{i // 100}", i % 100, text, json.dumps({"user": text}), vectors[j],
+         i, start + timedelta(minutes=i))
+        for j, (t, ns, i, text) in enumerate(rows)
+    ]  # fmt: skip
+    await conn.copy_records_to_table(
+        f"{TABLE}_turns",
+        schema_name="public",
+        records=records,
+        columns=["tenant", "ns", "thread_id", "event_id", "position", "text", "turn",
+                 "embedding", "source_seq", "created_at"],
+    )  # fmt: skip
+    for _t, ns, i, text in rows:
+        sample = corpus.samples.setdefault(tuple(ns.split(NS_SEP)), [])
+        if len(sample) < 8:
+            sample.append((f"{i % 100}:{text}", text))
+
+
+async def _build_indexes(conn: Any, peer: bool) -> None:
+    await conn.execute("SET maintenance_work_mem = '2GB'")
+    await conn.execute("SET max_parallel_maintenance_workers = 2")
+    todo = [
+        (f"{TABLE}_hnsw", f"public.{TABLE}"),
+        (f"{TABLE}_turns_hnsw", f"public.{TABLE}_turns"),
+    ]
+    if peer:
+        todo.append(("store_vectors_embedding_idx", "store_vectors"))
+    for index, table in todo:
         started = time.perf_counter()
-        out.append(await fn())
-        lat.append((time.perf_counter() - started) * 1000)
-    return lat, out
-
-
-async def measure(app_dsn: str, admin_dsn: str, table: str, layout: Layout, queries: int) -> None:
-    emb = HashingEmbedder(384)
-    store = PgMemory(app_dsn, table=table, embedder=emb, encoding_cache=0)
-    rng = random.Random(2)
-    picks: list[list[tuple[str, ...]]] = []
-    for _ in range(queries):
-        t, u = rng.randrange(layout.tenants), rng.randrange(layout.users_per_tenant)
-        picks.append([(f"tenant{t}", "users", f"u{u}", typ) for typ in TYPES])
-    qtexts = [" ".join(rng.choices(VOCAB, k=4)) for _ in range(queries)]
-    pool = await store._get_pool()
-    await store.search(picks[0][0], qtexts[0])  # warm the pool and plans
-    admin = await asyncpg.connect(admin_dsn)
-    results: dict[str, dict[str, float]] = {}
-
-    async def run(name: str, make: Callable[[int], Callable[[], Awaitable[Any]]]) -> list[Any]:
-        lat: list[float] = []
-        outs: list[Any] = []
-        for i in range(queries):
-            one_lat, one_out = await timed(make(i), 1)
-            lat += one_lat
-            outs += one_out
-        results[name] = {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99))}
-        return outs
-
-    await run("SELECT 1 (floor)", lambda i: lambda: pool.fetchval("SELECT 1"))
-    single = await run(
-        "search, one namespace", lambda i: lambda: store.search(picks[i][0], qtexts[i])
-    )
-    many = await run(
-        "search_many, 4 types", lambda i: lambda: store.search_many(picks[i], qtexts[i])
-    )
-
-    async def naive(i: int) -> list[Any]:
-        return [await store.search(ns, qtexts[i]) for ns in picks[i]]
-
-    await run("4 x search (seed's naive)", lambda i: lambda: naive(i))
-
-    async def hnsw(i: int) -> list[str]:
-        q = emb.embed([qtexts[i]])[0]
-        async with admin.transaction():
-            rows = await admin.fetch(
-                f"SELECT key FROM public.{table} WHERE tenant = $1 AND ns = $2 "
-                "ORDER BY embedding <=> $3::vector LIMIT 10",
-                picks[i][0][0],
-                NS_SEP.join(picks[i][0]),
-                "[" + ",".join(map(str, q)) + "]",
-            )
-        return [r["key"] for r in rows]
-
-    hnsw_admin_settings = "SET enable_sort = off"  # let it pick the index, as stale stats would
-    await admin.execute(hnsw_admin_settings)
-    plain = await run("plain HNSW order (avoided)", lambda i: lambda: hnsw(i))
-
-    exact = await exact_top10(admin, table, picks, qtexts, emb)
-    recall = {
-        "search, one namespace": _recall([[it.key for it in r] for r in single], exact),
-        "search_many, 4 types": _recall([[it.key for it in r[0]] for r in many], exact),
-        "plain HNSW order (avoided)": _recall(plain, exact),
-    }
-    await admin.close()
-    await store.close()
-    floor = results["SELECT 1 (floor)"]["p50"]
-    print(f"\n{layout.rows:,} rows, {layout.tenants} tenants, {queries} queries, 384-d vectors")
-    print(f"{'':30} {'p50 ms':>8} {'p99 ms':>8} {'p50/floor':>10} {'recall@10':>10}")
-    for name, r in results.items():
-        rc = recall.get(name)
-        print(
-            f"{name:30} {r['p50']:8.2f} {r['p99']:8.2f} {r['p50'] / floor:10.1f}"
-            f" {'' if rc is None else f'{rc:10.3f}'}"
+        await conn.execute(
+            f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops)"
         )
-    ratio = results["4 x search (seed's naive)"]["p50"] / results["search_many, 4 types"]["p50"]
-    print(f"\nsearch_many is {ratio:.2f}x faster than one search per type (p50)")
+        print(f"  {index} built in {time.perf_counter() - started:.1f}s", flush=True)
+        await conn.execute(f"ANALYZE {table}")
 
 
-Exact = tuple[dict[str, float], float]
+@dataclass
+class Query:
+    namespace: tuple[str, ...]
+    rows: int
+    text: str
+    source: str
 
 
-async def exact_top10(
-    admin: Any,
-    table: str,
-    picks: list[list[tuple[str, ...]]],
-    qtexts: list[str],
-    emb: HashingEmbedder,
-) -> list[Exact]:
-    """Per query: every row's exact cosine similarity, and the 10th best."""
-    out: list[Exact] = []
-    for ns, q in zip(picks, qtexts, strict=True):
-        rows = await admin.fetch(
-            f"SELECT key, content FROM public.{table} WHERE tenant = $1 AND ns = $2",
-            ns[0][0],
-            NS_SEP.join(ns[0]),
-        )
-        m = emb.embed([r["content"] for r in rows])
-        qv = emb.embed([q])[0]
-        sims = (m @ qv) / np.maximum(np.linalg.norm(m, axis=1) * np.linalg.norm(qv), 1e-12)
-        ranked = np.sort(sims)[::-1]
-        kth = float(ranked[min(9, len(ranked) - 1)])
-        out.append(({r["key"]: float(sims[i]) for i, r in enumerate(rows)}, kth))
+def pick_queries(corpus: Corpus, per_class: int, rng: random.Random) -> list[Query]:
+    by_class: dict[str, list[tuple[str, ...]]] = {}
+    for ns, n in corpus.sizes.items():
+        by_class.setdefault(size_class(n), []).append(ns)
+    out = []
+    for _, name in CLASSES:
+        pool = by_class.get(name, [])
+        for i in range(per_class if pool else 0):
+            ns = pool[i % len(pool)] if len(pool) < per_class else rng.choice(pool)
+            key, text = rng.choice(corpus.samples[ns])
+            words = text.split()
+            out.append(Query(ns, corpus.sizes[ns], " ".join(rng.sample(words, 4)), key))
     return out
 
 
-def _recall(got: list[list[str]], exact: list[Exact]) -> float:
-    """Tie-aware recall@10: a returned row counts when it is as similar as the exact
-    10th best (float32 rounding may order equal scores differently)."""
-    hits = total = 0
-    for keys, (sims, kth) in zip(got, exact, strict=True):
-        want = min(10, len(sims))
-        total += want
-        hits += sum(1 for k in keys[:want] if sims.get(k, -2.0) >= kth - 1e-5)
-    return hits / max(1, total)
+@dataclass
+class Answer:
+    ms: float
+    keys: list[str]
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    layout = Layout(args.rows, args.tenants, args.per_namespace)
-    table = "bench_recall"
-    tmp = None
-    server = None
-    if args.admin_dsn:
-        admin_dsn = args.admin_dsn
-        app_dsn = await provision(admin_dsn, "tulip_bench")
-    else:
-        tmp = Path(tempfile.mkdtemp(prefix="tulip-bench-"))
-        server = EmbeddedPostgres(tmp, keep=False).start("tulip_bench")
-        admin_dsn, app_dsn = server.admin_dsn, server.app_dsn
+async def timed(answer: Awaitable[list[str]]) -> Answer:
+    """The time of awaiting ``answer`` (a coroutine runs only once awaited)."""
+    started = time.perf_counter()
+    keys = await answer
+    return Answer((time.perf_counter() - started) * 1000, keys)
+
+
+@dataclass
+class Row:
+    """One size class's figures."""
+
+    queries: int = 0
+    tulip: list[float] = field(default_factory=list)
+    peer: list[float] = field(default_factory=list)
+    complete: int = 0
+    peer_complete: int = 0
+    overlap: int = 0
+    wanted: int = 0
+    self_hits: Counter[str] = field(default_factory=Counter)
+    plans: Counter[str] = field(default_factory=Counter)
+
+
+async def measure_memories(
+    app_dsn: str, peer_store: Any, queries: list[Query], emb: HashingEmbedder
+) -> dict[str, Row]:
+    auto = PgMemory(app_dsn, table=TABLE, embedder=emb, encoding_cache=0)
+    exact = PgMemory(app_dsn, table=TABLE, embedder=emb, encoding_cache=0, recall_plan="exact")
+    await auto.search(queries[0].namespace, "warm")  # the pool, the server's capabilities
+    await exact.search(queries[0].namespace, "warm")
+    rows: dict[str, Row] = {}
     try:
-        setup = PgMemory(app_dsn, table=table, embedder=HashingEmbedder(384), migrator=admin_dsn)
-        await setup.clear_namespace(("setup",))  # runs the migrations
-        await setup.close()
-        conn = await asyncpg.connect(admin_dsn)
-        existing = await conn.fetchval(f"SELECT count(*) FROM public.{table}")
-        await conn.close()
-        if existing != layout.users_per_tenant * layout.tenants * 4 * layout.per_namespace:
-            print(f"loading {layout.rows:,} rows ...", flush=True)
-            conn = await asyncpg.connect(admin_dsn)
-            await conn.execute(f"TRUNCATE public.{table}")
-            await conn.close()
-            started = time.perf_counter()
-            await load(admin_dsn, table, layout, HashingEmbedder(384))
-            print(f"  loaded in {time.perf_counter() - started:.1f}s", flush=True)
-        await measure(app_dsn, admin_dsn, table, layout, args.queries)
+        for q in queries:
+            row = rows.setdefault(size_class(q.rows), Row())
+            before = auto.plans.copy()
+            got = await timed(_keys(auto.search(q.namespace, q.text, limit=LIMIT)))
+            row.plans += auto.plans - before
+            want = await _keys(exact.search(q.namespace, q.text, limit=LIMIT))
+            _score(row, q, got, want)
+            if peer_store is not None:
+                theirs = await timed(_peer_search(peer_store, q))
+                row.peer.append(theirs.ms)
+                row.peer_complete += len(theirs.keys) == min(LIMIT, q.rows)
+                row.self_hits["peer"] += q.source in theirs.keys
     finally:
-        if server is not None:
-            server.stop()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        await auto.close()
+        await exact.close()
+    return rows
+
+
+async def measure_turns(app_dsn: str, queries: list[Query], emb: HashingEmbedder) -> dict[str, Row]:
+    auto = PgMemory(app_dsn, table=TABLE, embedder=emb, encoding_cache=0)
+    exact = PgMemory(app_dsn, table=TABLE, embedder=emb, encoding_cache=0, recall_plan="exact")
+    rows: dict[str, Row] = {}
+
+    async def turn_keys(store: PgMemory, q: Query) -> list[str]:
+        hits = await store.search_turns(q.namespace, q.text, top_k=LIMIT)
+        return [f"{h.position}:{h.text}" for h in hits]
+
+    try:
+        for q in queries:
+            row = rows.setdefault(size_class(q.rows), Row())
+            before = auto.plans.copy()
+            got = await timed(turn_keys(auto, q))
+            row.plans += auto.plans - before
+            _score(row, q, got, await turn_keys(exact, q))
+    finally:
+        await auto.close()
+        await exact.close()
+    return rows
+
+
+def _score(row: Row, q: Query, got: Answer, want: list[str]) -> None:
+    row.queries += 1
+    row.tulip.append(got.ms)
+    row.complete += len(got.keys) == min(LIMIT, q.rows)
+    row.overlap += len(set(got.keys) & set(want))
+    row.wanted += len(want)
+    row.self_hits["tulip"] += q.source in got.keys
+    row.self_hits["exact"] += q.source in want
+
+
+async def _keys(results: Awaitable[list[Any]]) -> list[str]:
+    return [item.key for item in await results]
+
+
+async def _peer_search(store: Any, q: Query) -> list[str]:
+    hits = await asyncio.to_thread(store.search, q.namespace, query=q.text, limit=LIMIT)
+    return [h.key for h in hits]
+
+
+def report(title: str, rows: dict[str, Row], peer: bool) -> None:
+    print(f"\n{title}")
+    head = f"{'class':>9} {'n':>4} {'tulip p50':>9} {'p99':>7}"
+    if peer:
+        head += f" {'LG p50':>7} {'p99':>7} {'p50 ratio':>9}"
+    head += f" {'complete':>8}"
+    head += f" {'LG compl':>8}" if peer else ""
+    head += f" {'recall@10':>9} {'self@10 tulip/exact':>20}"
+    head += f" {'LG self':>7}" if peer else ""
+    head += "  plans"
+    print(head)
+    for _, name in CLASSES:
+        r = rows.get(name)
+        if r is None or not r.queries:
+            continue
+        p50, p99 = np.percentile(r.tulip, 50), np.percentile(r.tulip, 99)
+        line = f"{name:>9} {r.queries:4d} {p50:9.2f} {p99:7.2f}"
+        if peer:
+            q50, q99 = np.percentile(r.peer, 50), np.percentile(r.peer, 99)
+            line += f" {q50:7.2f} {q99:7.2f} {p50 / q50:9.2f}"
+        line += f" {r.complete / r.queries:8.0%}"
+        line += f" {r.peer_complete / r.queries:8.0%}" if peer else ""
+        selfs = f"{r.self_hits['tulip'] / r.queries:.2f} / {r.self_hits['exact'] / r.queries:.2f}"
+        line += f" {r.overlap / max(1, r.wanted):9.3f} {selfs:>20}"
+        line += f" {r.self_hits['peer'] / r.queries:7.2f}" if peer else ""
+        line += "  " + ", ".join(f"{k} {v}" for k, v in sorted(r.plans.items()))
+        print(line)
+
+
+@contextlib.contextmanager
+def peer_store(admin_dsn: str, emb: HashingEmbedder) -> Iterator[Any]:
+    """LangGraph's PostgresStore over the same database, or None where it is not
+    installed."""
+    try:
+        peer = importlib.import_module("langgraph.store.postgres")
+    except ImportError:
+        print("langgraph-checkpoint-postgres is not installed: no PostgresStore columns")
+        yield None
+        return
+    index = {"dims": emb.dimension, "embed": lambda texts: emb.embed(texts).tolist(),
+             "fields": ["text"]}  # fmt: skip
+    with peer.PostgresStore.from_conn_string(admin_dsn, index=index) as store:
+        store.setup()
+        yield store
+
+
+async def run(args: argparse.Namespace) -> None:
+    emb = HashingEmbedder(args.dim)
+    with contextlib.ExitStack() as stack:
+        services = open_services(stack, args.admin_dsn, "unused://", prefix="tulip-bench-recall-")
+        setup = PgMemory(services.app_dsn, table=TABLE, embedder=emb, migrator=services.admin_dsn)
+        await setup.clear_namespace(("setup", "x"))  # runs the migrations
+        await setup.close()
+        lg = stack.enter_context(peer_store(services.admin_dsn, emb)) if not args.no_peer else None
+        started = time.perf_counter()
+        print(f"loading {args.rows:,} memories and {args.turns:,}+ turns ...", flush=True)
+        memories, turns = await load(services.admin_dsn, args, emb, lg is not None)
+        print(f"  loaded in {time.perf_counter() - started:.1f}s", flush=True)
+        rng = random.Random(2)
+        mem_rows = await measure_memories(
+            services.app_dsn, lg, pick_queries(memories, args.queries, rng), emb
+        )
+        turn_rows = await measure_turns(
+            services.app_dsn, pick_queries(turns, args.queries, rng), emb
+        )
+    largest = max(memories.sizes.values())
+    print(
+        f"\n{args.rows:,} memories over {args.namespaces:,} namespaces (Zipf, largest "
+        f"{largest:,}), {args.dim}-d hashing vectors, limit {LIMIT}; index path from "
+        f"{plan.INDEX_MIN_ROWS:,} rows"
+    )
+    report("PgMemory.search vs LangGraph PostgresStore.search (ms)", mem_rows, lg is not None)
+    report(
+        f"search_turns ({args.turns:,}-turn namespace + {SMALL_TURN_NAMESPACES} small)",
+        turn_rows,
+        False,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--tenants", type=int, default=100)
-    parser.add_argument("--per-namespace", type=int, default=50)
-    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--namespaces", type=int, default=10_000)
+    parser.add_argument("--largest", type=int, default=100_000)
+    parser.add_argument("--turns", type=int, default=200_000)
+    parser.add_argument("--queries", type=int, default=40, help="per size class")
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--no-peer", action="store_true", help="skip LangGraph's store")
     parser.add_argument("--admin-dsn", help="an existing Postgres with pgvector (superuser)")
-    asyncio.run(main_async(parser.parse_args()))
+    asyncio.run(run(parser.parse_args()))
 
 
 if __name__ == "__main__":
