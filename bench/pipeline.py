@@ -821,6 +821,8 @@ def run(stack: contextlib.ExitStack, options: Options) -> Report:
 
 
 def run_pipeline(bench: Bench, options: Options) -> tuple[list[Run], list[Run]]:
+    # The workers' table, migrated as the owner first (the app role only verifies it).
+    migrate_now(configured_store(bench.services.admin_dsn, bench.worker_env()))
     with WorkerPool(bench.services.tmp / "logs", bench.worker_env()) as pool:
         for k in range(bench.max_shards):
             pool.start("tulip_workers.app", f"extract-{k}", f"memory.extract.{k}")

@@ -44,6 +44,7 @@ from tulip_memory.manager import Memory
 from tulip_memory.messages import Message, Role
 from tulip_memory.turns import TurnHit
 from tulip_ops.backfill import Pacer, StateFile, parse_line, run, session_event
+from tulip_ops.provision import configured_store, migrate_now
 from tulip_producer import Producer
 from tulip_producer.reader import AsyncReader
 
@@ -213,6 +214,7 @@ def run_pipeline(
     services = open_services(stack, admin_dsn, broker_url, prefix="tulip-bench-quality-")
     table = f"bench_quality_{random.Random(seed).randrange(16**8):08x}"
     env = worker_env(services, table, shards)
+    migrate_now(configured_store(services.admin_dsn, env))  # as the owner, before any worker
     result = PipelineResult()
     source = services.tmp / "locomo.jsonl"
     history(convs, source)

@@ -415,7 +415,9 @@ async def _direct_hybrid(
     the hashing encoder, indexed straight into the store."""
     table = "bench_locomo_direct"
     await _drop(admin_dsn, table)
-    store = PgMemory(app_dsn, table=table, embedder=HashingEmbedder(384), encoding_cache=0)
+    store = PgMemory(
+        app_dsn, table=table, embedder=HashingEmbedder(384), encoding_cache=0, migrator=admin_dsn
+    )
     try:
         await index(store, convs, args.text)
         return await ask("direct hybrid (hashing-384)", store, convs, args.top_k)

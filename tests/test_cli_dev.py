@@ -155,13 +155,13 @@ def _stop_dev(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def _wait_applied(reader: Reader, ids: list[str]) -> None:
+def _wait_applied(reader: Reader, ids: list[str], tenant: str) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if all(reader.status(e).state == "applied" for e in ids):
+        if all(reader.status(e, tenant=tenant).state == "applied" for e in ids):
             return
         time.sleep(0.2)
-    raise AssertionError(f"not applied: {[reader.status(e) for e in ids]}")
+    raise AssertionError(f"not applied: {[reader.status(e, tenant=tenant) for e in ids]}")
 
 
 def _shard_worker(proc: subprocess.Popen[bytes], queue: str) -> psutil.Process | None:
@@ -184,7 +184,7 @@ def test_an_application_sourcing_the_env_file_publishes_recalls_and_survives(
         settings = ProducerSettings.from_env(env)
         with Producer(settings) as producer, Reader.from_env(env) as reader:
             first = producer.session_ended(ns, "t", [_said("My favourite colour is red.")])
-            _wait_applied(reader, [first])
+            _wait_applied(reader, [first], ns[0])
             assert "red" in reader.recall(ns, "favourite colour")[0].content
             # The supervisor restarts a killed shard worker; the shard's events still
             # apply, in order.
@@ -202,7 +202,7 @@ def test_an_application_sourcing_the_env_file_publishes_recalls_and_survives(
                 producer.session_ended(ns, "t", [_said(f"Actually, my favourite colour is {c}.")])
                 for c in ("blue", "green", "amber")
             ]
-            _wait_applied(reader, ids)
+            _wait_applied(reader, ids, ns[0])
             assert "amber" in reader.recall(ns, "favourite colour")[0].content
             producer.checkpoint_saved("ticket-1", thread_state, tenant="acme")
             assert reader.load("ticket-1", tenant="acme") == thread_state
@@ -245,8 +245,8 @@ def test_a_second_dev_on_a_running_directory_is_refused_and_the_first_keeps_work
         assert {c.pid for c in psutil.Process(proc.pid).children()} == workers
         with Producer(ProducerSettings.from_env(env)) as producer, Reader.from_env(env) as reader:
             event_id = producer.session_ended(("acme", "u"), "t", [_said("I live in Oslo.")])
-            _wait_applied(reader, [event_id])
-            assert reader.status(event_id[::-1]).state == "unknown"
+            _wait_applied(reader, [event_id], "acme")
+            assert reader.status(event_id[::-1], tenant="acme").state == "unknown"
         # `source tulip.env` exports every setting to the shell's children.
         exported = subprocess.run(
             ["bash", "-c", f"source {tmp_path / 'tulip.env'} && env -0"],

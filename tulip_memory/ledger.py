@@ -1,10 +1,12 @@
-"""The event ledger: one row per event id, written in the transaction of its effects.
+"""The event ledger: one row per event of a tenant, written in the transaction of its
+effects.
 
 A redelivered event finds its row and is a no-op (exactly-once effect on
-at-least-once delivery). The ledger holds ids, keys, statuses and reasons, never
-memory content, so it is not tenant-scoped and ``Reader.status(event_id)`` can read
-it; the content of events that failed for good lives in the tenant-scoped
-dead-letter table of the workers.
+at-least-once delivery). Keys name namespaces (user ids), so the rows are the
+tenant's, under forced row-level security like the memories: every statement takes
+the ``tenant`` its connection is pinned to (``namespace[0]`` for session events).
+Reasons are redacted (:func:`~tulip_memory.redaction.redact`: class, length, hash);
+the full reason and the event's content live only in the tenant's dead letter.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from tulip_memory.redaction import REDACT_SQL, redact
 from tulip_memory.store.postgres.audit import Expected, expected_objects
 from tulip_memory.store.postgres.schema import Step, apply_migrations, verify_migrations
 
@@ -64,31 +67,59 @@ _MIGRATIONS.append(
     )
 )
 
-_GET = f"SELECT * FROM {TABLE} WHERE event_id = $1"
+_MIGRATIONS.append(
+    (
+        4,
+        "rows of a tenant, under forced row-level security; reasons redacted",
+        [
+            f"ALTER TABLE {TABLE} ADD COLUMN tenant text",
+            f"""UPDATE {TABLE} SET tenant = CASE
+                WHEN type = 'session.ended' OR strpos(key, chr(31)) > 0
+                THEN split_part(key, chr(31), 1)
+                WHEN type = 'unknown' THEN '_unknown' ELSE '_threads' END""",
+            f"UPDATE {TABLE} SET reason = {REDACT_SQL.format(r='reason')} WHERE reason IS NOT NULL",
+            f"ALTER TABLE {TABLE} ALTER COLUMN tenant SET NOT NULL",
+            f"ALTER TABLE {TABLE} DROP CONSTRAINT tulip_event_ledger_pkey",
+            f"ALTER TABLE {TABLE} ADD PRIMARY KEY (tenant, event_id)",
+            "DROP INDEX public.tulip_event_ledger_key",
+            f"CREATE INDEX tulip_event_ledger_key ON {TABLE} (tenant, type, key, seq) "
+            "WHERE status = 'applied'",
+            f"ALTER TABLE {TABLE} ENABLE ROW LEVEL SECURITY",
+            f"ALTER TABLE {TABLE} FORCE ROW LEVEL SECURITY",
+            f"""CREATE POLICY tulip_event_ledger_tenant ON {TABLE}
+                USING (tenant = current_setting('tulip.tenant', true))
+                WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
+        ],
+    )
+)
+
+_GET = f"SELECT * FROM {TABLE} WHERE tenant = $1 AND event_id = $2"
 _NEWEST = f"""
-SELECT max(seq) FROM {TABLE} WHERE type = $1 AND key = $2 AND status = 'applied'"""
+SELECT max(seq) FROM {TABLE}
+WHERE tenant = $1 AND type = $2 AND key = $3 AND status = 'applied'"""
 _CLAIM = f"""
-INSERT INTO {TABLE} AS l (event_id, type, key, seq, status, attempts, memories)
-VALUES ($1, $2, $3, $4, 'applied', $5, $6)
-ON CONFLICT (event_id) DO UPDATE SET
+INSERT INTO {TABLE} AS l (tenant, event_id, type, key, seq, status, attempts, memories)
+VALUES ($1, $2, $3, $4, $5, 'applied', $6, $7)
+ON CONFLICT (tenant, event_id) DO UPDATE SET
     status = 'applied', reason = NULL, attempts = l.attempts + EXCLUDED.attempts,
     memories = EXCLUDED.memories, updated_at = now()
 WHERE l.status = 'replaying'
 RETURNING 1"""
 _DEAD = f"""
-INSERT INTO {TABLE} AS l (event_id, type, key, seq, status, reason, attempts)
-VALUES ($1, $2, $3, $4, 'dead', $5, $6)
-ON CONFLICT (event_id) DO UPDATE SET
+INSERT INTO {TABLE} AS l (tenant, event_id, type, key, seq, status, reason, attempts)
+VALUES ($1, $2, $3, $4, $5, 'dead', $6, $7)
+ON CONFLICT (tenant, event_id) DO UPDATE SET
     status = 'dead', reason = EXCLUDED.reason, attempts = l.attempts + EXCLUDED.attempts,
     updated_at = now()
 WHERE l.status <> 'applied'"""
 _REPLAYING = f"""
 UPDATE {TABLE} SET status = 'replaying', updated_at = now()
-WHERE event_id = $1 AND status = 'dead' RETURNING 1"""
+WHERE tenant = $1 AND event_id = $2 AND status = 'dead' RETURNING 1"""
 
 
 @dataclass(frozen=True)
 class LedgerEntry:
+    tenant: str
     event_id: str
     type: str
     key: str
@@ -102,6 +133,7 @@ class LedgerEntry:
     @classmethod
     def from_row(cls, r: Any) -> LedgerEntry:
         return cls(
+            tenant=r["tenant"],
             event_id=r["event_id"],
             type=r["type"],
             key=r["key"],
@@ -134,14 +166,17 @@ class EventLedger:
         """Refuse a ledger that provisioning has not brought to this code's version."""
         await verify_migrations(conn, TABLE, [v for v, _, _ in _MIGRATIONS])
 
-    async def get(self, conn: Any, event_id: str) -> LedgerEntry | None:
-        row = await conn.fetchrow(_GET, event_id)
+    async def get(self, conn: Any, event_id: str, *, tenant: str) -> LedgerEntry | None:
+        """The event's row if it is ``tenant``'s (``conn`` pinned to it): another
+        tenant's event of the same id is not this one, and is never visible."""
+        row = await conn.fetchrow(_GET, tenant, event_id)
         return None if row is None else LedgerEntry.from_row(row)
 
     async def claim(
         self,
         conn: Any,
         *,
+        tenant: str,
         event_id: str,
         type: str,
         key: str,
@@ -151,13 +186,14 @@ class EventLedger:
     ) -> bool:
         """Record the event as applied; ``False`` when it already was (or died): the
         caller's transaction must then roll back its effects."""
-        row = await conn.fetchrow(_CLAIM, event_id, type, key, seq, attempts, memories)
+        row = await conn.fetchrow(_CLAIM, tenant, event_id, type, key, seq, attempts, memories)
         return row is not None
 
     async def record_dead(
         self,
         conn: Any,
         *,
+        tenant: str,
         event_id: str,
         type: str,
         key: str,
@@ -165,12 +201,16 @@ class EventLedger:
         reason: str,
         attempts: int,
     ) -> None:
-        await conn.execute(_DEAD, event_id, type, key, seq, reason[:2000], attempts)
+        """Record the event as dead with ``reason`` redacted (its class, length and
+        hash: the full reason lives only in the tenant's dead letter)."""
+        await conn.execute(_DEAD, tenant, event_id, type, key, seq, redact(reason), attempts)
 
-    async def newest_applied_seq(self, conn: Any, type: str, key: str) -> int | None:
-        """The highest sequence number applied for ``key``, if any."""
-        value = await conn.fetchval(_NEWEST, type, key)
+    async def newest_applied_seq(
+        self, conn: Any, type: str, key: str, *, tenant: str
+    ) -> int | None:
+        """The highest sequence number applied for ``tenant``'s ``key``, if any."""
+        value = await conn.fetchval(_NEWEST, tenant, type, key)
         return None if value is None else int(value)
 
-    async def mark_replaying(self, conn: Any, event_id: str) -> bool:
-        return await conn.fetchrow(_REPLAYING, event_id) is not None
+    async def mark_replaying(self, conn: Any, event_id: str, *, tenant: str) -> bool:
+        return await conn.fetchrow(_REPLAYING, tenant, event_id) is not None

@@ -88,7 +88,7 @@ class QueuedMemoryManager(BaseMemoryManager):
         deadline = None if timeout is None else time.monotonic() + timeout
         pending = list(self._published)
         while pending:
-            statuses = [await self.reader.status(e) for e in pending]
+            statuses = [await self.reader.status(e, tenant=self.namespace[0]) for e in pending]
             pending = [s.event_id for s in statuses if s.state not in ("applied", "dead")]
             if not pending:
                 return

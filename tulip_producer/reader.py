@@ -25,7 +25,7 @@ from tulip_memory.messages import Message
 from tulip_memory.registry import BaseCheckpointer, get_checkpointer
 from tulip_memory.state import AgentState
 from tulip_memory.store import PgMemory
-from tulip_memory.store.validation import validate_namespace
+from tulip_memory.store.validation import NS_SEP, validate_namespace
 from tulip_memory.summaries import SummaryStore, compacted_view
 from tulip_memory.turns import TurnHit
 from tulip_wire.pending import PendingStates, pending_states
@@ -182,28 +182,34 @@ class AsyncReader:
         )
         return [TurnHit(m.score, m.turn, m.position, m.text, m.metadata) for m in matches]
 
-    async def status(self, event_id: str) -> EventStatus:
-        """``applied`` or ``dead`` (with the reason) once a worker is done with the
-        event; ``pending`` while it is on its way; ``unknown`` for an id no producer
-        published through this Redis (see :mod:`tulip_wire.published`). A reader
-        without Redis cannot tell the last two apart and says ``pending``."""
-        async with self.store.transaction("_reader") as tx:
+    async def status(self, event_id: str, *, tenant: str) -> EventStatus:
+        """``applied`` or ``dead`` (with the reason's class, length and hash) once a
+        worker is done with ``tenant``'s event; ``pending`` while it is on its way;
+        ``unknown`` for an id no producer published for ``tenant`` through this Redis
+        (see :mod:`tulip_wire.published`). Another tenant's event id gets exactly the
+        answer of an id nobody published: the ledger row is under row-level security
+        and the published marker must name ``tenant``. A reader without Redis cannot
+        tell pending from unknown and says ``pending``."""
+        tenant = validate_namespace((tenant,))[0]
+        async with self.store.transaction(tenant) as tx:
             if not self._ledger_ready:
                 await self._ledger.ensure(tx.conn)
                 self._ledger_ready = True
-            entry = await self._ledger.get(tx.conn, event_id)
-        if entry is None and not await self._published(event_id):
+            entry = await self._ledger.get(tx.conn, event_id, tenant=tenant)
+        if entry is None and not await self._published(event_id, tenant):
             return EventStatus(event_id, "unknown")
         if entry is None or entry.status not in (APPLIED, DEAD):
             return EventStatus(event_id, "pending")
         state: State = "applied" if entry.status == APPLIED else "dead"
         return EventStatus(event_id, state, entry.reason, entry.memories)
 
-    async def _published(self, event_id: str) -> bool:
-        """Whether a producer published ``event_id`` (True when it cannot be told)."""
+    async def _published(self, event_id: str, tenant: str) -> bool:
+        """Whether a producer published ``event_id`` for ``tenant`` (its ordering key
+        starts with the tenant); True when it cannot be told."""
         if self.published is None:
             return True
-        return await asyncio.to_thread(self.published.key_of, event_id) is not None
+        key = await asyncio.to_thread(self.published.key_of, event_id)
+        return key is not None and key.split(NS_SEP)[0] == tenant
 
     async def close(self) -> None:
         await self.store.close()
@@ -242,8 +248,8 @@ class Reader:
             self.aio.recall_turns(namespace, query, top_k, threshold, since=since, until=until)
         )
 
-    def status(self, event_id: str) -> EventStatus:
-        return self._call(self.aio.status(event_id))
+    def status(self, event_id: str, *, tenant: str) -> EventStatus:
+        return self._call(self.aio.status(event_id, tenant=tenant))
 
     def load(
         self,

@@ -64,7 +64,7 @@ class CheckpointWorker(EventWorker):
         tenant, thread = payload["tenant"], payload["thread_id"]
         checkpoint_id = payload["checkpoint_id"]
         async with self.store.transaction(tenant) as tx:
-            newest = await self.ledger.newest_applied_seq(tx.conn, env.type, env.key)
+            newest = await self.ledger.newest_applied_seq(tx.conn, env.type, env.key, tenant=tenant)
         superseded = newest is not None and env.seq is not None and env.seq < newest
         state = AgentState.from_checkpoint(payload["state"])
         if not superseded:
@@ -73,6 +73,7 @@ class CheckpointWorker(EventWorker):
             async with self.store.transaction(tenant) as tx:
                 claimed = await self.ledger.claim(
                     tx.conn,
+                    tenant=tenant,
                     event_id=env.id,
                     type=env.type,
                     key=env.key,

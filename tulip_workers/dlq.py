@@ -55,7 +55,7 @@ async def replay(conn: Any, event_id: str, republish: Republish) -> DeadLetter:
     # Marked first and committed, so the worker that receives the event applies it;
     # a failed publish puts the marks back and the dead letter stays listed.
     async with conn.transaction():
-        await EventLedger().mark_replaying(conn, event_id)
+        await EventLedger().mark_replaying(conn, event_id, tenant=letter.tenant)
         await DeadLetters().mark_replayed(conn, event_id)
     try:
         republish(letter.body)
@@ -63,6 +63,7 @@ async def replay(conn: Any, event_id: str, republish: Republish) -> DeadLetter:
         async with conn.transaction():
             await EventLedger().record_dead(
                 conn,
+                tenant=letter.tenant,
                 event_id=event_id,
                 type=letter.type or "unknown",
                 key=letter.key or "",

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from tulip_memory.ledger import EventLedger
+from tulip_memory.redaction import redact
 from tulip_memory.store import PgMemory
 from tulip_memory.store.validation import NS_SEP
 from tulip_wire.events import (
@@ -142,12 +143,14 @@ class EventWorker(ABC):
                     waits += 1
                     delay = self.retry.delay(min(waits, 8))
                     log.error(
-                        "a dependency is unreachable (%s); retry in %.1fs", describe(e), delay
+                        "a dependency is unreachable (%s); retry in %.1fs",
+                        redact(describe(e)),
+                        delay,
                     )
                     await asyncio.sleep(delay)
                     continue
                 failures += 1
-                log.error("cannot process event %s (%s)", task_id, describe(e))
+                log.error("cannot process event %s (%s)", task_id, redact(describe(e)))
                 last = failures >= self.retry.attempts
                 if last and (outcome := await self._last_resort(body, task_id, queue, e, failures)):
                     return outcome
@@ -182,9 +185,13 @@ class EventWorker(ABC):
     async def _handle(self, body: object, task_id: str | None, killed: str | None) -> Outcome:
         await self._ensure()
         if killed is not None and task_id is not None:
-            if await self._done(task_id):
+            # Never applied again; filed under its tenant when it decodes (and
+            # verifies) as the task's own event, else under the unknown tenant.
+            own = self._own_event(body, task_id)
+            if await self._done(task_id, tenant_of_letter(own)):
                 return Outcome(DUPLICATE, task_id)
-            return await self._dead(body, task_id, killed, attempts=0, kind=KILLED)
+            reason = f"WorkerLost: {killed}"  # the class first, as describe()
+            return await self._dead(body, task_id, reason, attempts=0, env=own, kind=KILLED)
         try:
             env = decode(body, max_bytes=self.max_body_bytes)
             if task_id is not None and env.id != task_id:
@@ -197,10 +204,21 @@ class EventWorker(ABC):
             event_id = task_id or e.event_id or "unknown"
             if isinstance(e, ForgedEvent):
                 event_id = forged_event_id(body)
-            return await self._dead(body, event_id, e.reason, attempts=1, kind=MALFORMED)
-        if await self._done(env.id):
+            reason = f"{type(e).__name__}: {e.reason}"  # the class first, as describe()
+            return await self._dead(body, event_id, reason, attempts=1, kind=MALFORMED)
+        if await self._done(env.id, tenant_of_letter(env)):
             return Outcome(DUPLICATE, env.id, env.key)
         return await self._attempts(body, env)
+
+    def _own_event(self, body: object, task_id: str) -> Envelope | None:
+        """``body`` decoded, if it is the (signed, when signing is on) event ``task_id``."""
+        try:
+            env = decode(body, max_bytes=self.max_body_bytes)
+            if self.signer is not None:
+                self.signer.verify(env)
+        except EventError:
+            return None
+        return env if env.id == task_id else None
 
     async def _attempts(self, body: object, env: Envelope) -> Outcome:
         """Apply ``env``: an unreachable dependency is waited for without using up an
@@ -225,7 +243,8 @@ class EventWorker(ABC):
                         )
                     delay = self.retry.delay(attempt)
                     what = f"attempt {attempt} failed"
-                log.warning("event %s: %s (%s); retry in %.2fs", env.id, what, describe(e), delay)
+                why = redact(describe(e))
+                log.warning("event %s: %s (%s); retry in %.2fs", env.id, what, why, delay)
                 await asyncio.sleep(delay)
 
     async def _ensure(self) -> None:
@@ -241,9 +260,10 @@ class EventWorker(ABC):
             raise
         self._ready = True
 
-    async def _done(self, event_id: str) -> bool:
-        async with self.store.transaction(UNKNOWN_TENANT) as tx:
-            entry = await self.ledger.get(tx.conn, event_id)
+    async def _done(self, event_id: str, tenant: str) -> bool:
+        """Whether ``tenant``'s ledger already holds the event as applied or dead."""
+        async with self.store.transaction(tenant) as tx:
+            entry = await self.ledger.get(tx.conn, event_id, tenant=tenant)
         return entry is not None and entry.done
 
     async def _payload(self, env: Envelope) -> dict[str, Any]:
@@ -276,7 +296,7 @@ class EventWorker(ABC):
         that is away is waited for; a full letter that cannot be stored (whatever
         its content) is replaced by a minimal one."""
         reason = safe_text(reason, MAX_REASON_CHARS)
-        log.error("event %s is a dead letter: %s", safe_text(event_id, 200), reason)
+        log.error("event %s is a dead letter: %s", safe_text(event_id, 200), redact(reason))
         letter = DeadLetter.of(
             event_id=safe_text(event_id, 200),
             tenant=tenant_of_letter(env),
@@ -294,7 +314,9 @@ class EventWorker(ABC):
             if is_unreachable(e):
                 raise
             log.error(
-                "dead letter of %s not stored (%s); storing a minimal one", event_id, describe(e)
+                "dead letter of %s not stored (%s); storing a minimal one",
+                event_id,
+                redact(describe(e)),
             )
             letter = minimal(letter, describe(e))
             await self._file(letter)
@@ -309,6 +331,7 @@ class EventWorker(ABC):
                     await self.dead_letters.put(tx.conn, letter)
                     await self.ledger.record_dead(
                         tx.conn,
+                        tenant=letter.tenant,
                         event_id=letter.event_id,
                         type=letter.type or "unknown",
                         key=letter.key or "",
@@ -325,7 +348,7 @@ class EventWorker(ABC):
                 log.error(
                     "cannot file the dead letter of %s (%s); retry in %.1fs",
                     letter.event_id,
-                    describe(e),
+                    redact(describe(e)),
                     delay,
                 )
                 await asyncio.sleep(delay)
@@ -356,7 +379,7 @@ class EventWorker(ABC):
         try:
             await self._file(letter)
         except Exception as e:
-            log.error("cannot file a minimal dead letter of %s (%s)", task_id, describe(e))
+            log.error("cannot file a minimal dead letter of %s (%s)", task_id, redact(describe(e)))
             return None
         await self._count(UNHANDLED)
         result = Outcome(DEAD, letter.event_id, None, failures, letter.reason)

@@ -59,9 +59,12 @@ class ExtractionWorker(EventWorker):
             _, completion = await self.store.prepare_event([], done)
         try:
             async with self.store.transaction(ns[0]) as tx:
-                newest = await self.ledger.newest_applied_seq(tx.conn, env.type, env.key)
+                newest = await self.ledger.newest_applied_seq(
+                    tx.conn, env.type, env.key, tenant=ns[0]
+                )
                 claimed = await self.ledger.claim(
                     tx.conn,
+                    tenant=ns[0],
                     event_id=env.id,
                     type=env.type,
                     key=env.key,

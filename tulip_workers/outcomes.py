@@ -2,7 +2,9 @@
 
 ``logger tulip.events``, message = a JSON object: event id, key (namespace parts
 joined by ``/``), queue (the shard), attempt, duration, outcome and, for dead
-letters, the reason. Never message content, model output or connection strings.
+letters, the reason redacted to its class, length and hash
+(:func:`~tulip_memory.redaction.redact`; the full reason is in the tenant's dead
+letter). Never message content, model output or connection strings.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 
+from tulip_memory.redaction import redact
 from tulip_memory.store.validation import NS_SEP
 
 log = logging.getLogger("tulip.events")
@@ -34,6 +37,6 @@ def log_outcome(
         "outcome": outcome,
     }
     if reason is not None:
-        record["reason"] = reason
+        record["reason"] = redact(reason)  # class, length, hash: never model output
     level = logging.ERROR if outcome == "dead" else logging.INFO
     log.log(level, json.dumps(record, ensure_ascii=False))

@@ -84,11 +84,15 @@ class Pipeline:
             )
         )
 
-    def wait_applied(self, reader: Reader, ids: list[str], timeout: float = 120.0) -> None:
+    def wait_applied(
+        self, reader: Reader, ids: list[str], tenant: str, timeout: float = 120.0
+    ) -> None:
+        """Until ``tenant``'s events ``ids`` are applied or dead (status is per tenant)."""
         deadline = time.monotonic() + timeout
         pending = list(ids)
         while pending and time.monotonic() < deadline:
-            pending = [e for e in pending if reader.status(e).state not in ("applied", "dead")]
+            done = ("applied", "dead")
+            pending = [e for e in pending if reader.status(e, tenant=tenant).state not in done]
             if pending:
                 time.sleep(0.2)
         assert not pending, f"{len(pending)} events never applied: {pending[:3]}"

@@ -17,8 +17,10 @@ from typing import Any
 
 from tests.pipeline.conftest import SHARDS, Pipeline
 from tests.support.openai_server import FakeOpenAI, Reply
+from tests.support.pg import dead_reason
 from tests.support.workers import WorkerProcess
 from tulip_memory.messages import Message, Role
+from tulip_ops.dev.embedded import run_async
 from tulip_ops.dev.supervisor import role_specs
 from tulip_wire.events import namespace_key
 from tulip_wire.routing import ShardRouter
@@ -120,8 +122,10 @@ def test_many_in_flight_each_namespace_in_order_through_two_sigkills(
         worker = start_shard(pipeline, 0, 32, **env)
     every = [e for user in users for e in ids[user]]
     with pipeline.reader() as reader:
-        pipeline.wait_applied(reader, every, timeout=240)
-        assert {reader.status(e).state for e in every} == {"applied"}  # 0 lost, 0 dead
+        pipeline.wait_applied(reader, every, "acme", timeout=240)
+        assert {reader.status(e, tenant="acme").state for e in every} == {
+            "applied"
+        }  # 0 lost, 0 dead
         for user in users:
             found = {m.key: m.content for m in reader.recall(("acme", "users", user), None)}
             last = COLOURS[sessions % len(COLOURS)]
@@ -148,10 +152,10 @@ def test_a_hot_namespace_does_not_hold_back_the_others_on_its_shard(
         ]
         assert producer.flush(timeout=30)
     with pipeline.reader() as reader:
-        pipeline.wait_applied(reader, other_ids, timeout=120)
-        still_pending = [e for e in hot_ids if reader.status(e).state == "pending"]
+        pipeline.wait_applied(reader, other_ids, "acme", timeout=120)
+        still_pending = [e for e in hot_ids if reader.status(e, tenant="acme").state == "pending"]
         assert still_pending, "the other namespaces waited for the whole hot backlog"
-        pipeline.wait_applied(reader, hot_ids, timeout=120)
+        pipeline.wait_applied(reader, hot_ids, "acme", timeout=120)
     assert model.asked[hot] == list(range(1, 41))
 
 
@@ -172,7 +176,7 @@ def test_the_llm_cap_holds_across_two_concurrent_shard_workers(
         ]
         assert producer.flush(timeout=30)
     with pipeline.reader() as reader:
-        pipeline.wait_applied(reader, ids, timeout=120)
+        pipeline.wait_applied(reader, ids, "acme", timeout=120)
     assert 1 < fake_openai.max_inflight <= 3
 
 
@@ -206,8 +210,9 @@ def test_a_message_that_kills_its_worker_is_dead_lettered_and_its_neighbours_are
         worker.kill()  # while it runs the poison's model call
         worker = start_shard(pipeline, 0, 4, **env)
     with pipeline.reader() as reader:
-        pipeline.wait_applied(reader, [*first, poisoned, *rest], timeout=120)
-        verdict = reader.status(poisoned)
-        assert verdict.state == "dead" and "killed its worker 2 times" in (verdict.reason or "")
-        assert {reader.status(e).state for e in [*first, *rest]} == {"applied"}
+        pipeline.wait_applied(reader, [*first, poisoned, *rest], "acme", timeout=120)
+        verdict = reader.status(poisoned, tenant="acme")
+        assert verdict.state == "dead" and (verdict.reason or "").startswith("WorkerLost (")
+        assert "killed its worker 2 times" in run_async(dead_reason(pipeline.admin_url, poisoned))
+        assert {reader.status(e, tenant="acme").state for e in [*first, *rest]} == {"applied"}
     assert len(model.asked[poison]) == 2  # the third delivery never reached the model

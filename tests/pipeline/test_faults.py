@@ -88,8 +88,8 @@ def test_sigkill_mid_extraction_loses_nothing_and_keeps_order(
     victim.kill()  # inside the model call of session 4: unacked, half done
     pipeline.start_shard(k, **model_env(fake_openai))
     with pipeline.reader() as reader:
-        pipeline.wait_applied(reader, ids)
-        statuses = [reader.status(e) for e in ids]
+        pipeline.wait_applied(reader, ids, ns[0])
+        statuses = [reader.status(e, tenant=ns[0]) for e in ids]
     assert all(s.state == "applied" for s in statuses)
     # Session 4 was asked again after the restart, and before anything later.
     first_after_4 = model.asked[model.asked.index(4) + 1]
@@ -115,8 +115,8 @@ def test_rate_limits_are_retried_in_place_and_order_holds(
             for i, c in enumerate(["red", "green", "blue"], start=1)
         ]
     with pipeline.reader() as reader:
-        pipeline.wait_applied(reader, ids)
-        assert [reader.status(e).state for e in ids] == ["applied"] * 3
+        pipeline.wait_applied(reader, ids, ns[0])
+        assert [reader.status(e, tenant=ns[0]).state for e in ids] == ["applied"] * 3
     assert model.asked == [1, 2, 3]  # the two 429s came before session 1's answer
     assert "blue" in favourite(pipeline, ns)
 
@@ -134,8 +134,8 @@ def test_poison_event_is_dead_lettered_and_a_later_replay_changes_nothing_newer(
             for i, c in enumerate(["red", "green", "blue"], start=1)
         ]
         with pipeline.reader() as reader:
-            pipeline.wait_applied(reader, ids)
-            states = [reader.status(e) for e in ids]
+            pipeline.wait_applied(reader, ids, ns[0])
+            states = [reader.status(e, tenant=ns[0]) for e in ids]
         assert [s.state for s in states] == ["applied", "dead", "applied"]
         assert "ExtractionError" in (states[1].reason or "")
         assert "blue" in favourite(pipeline, ns)
@@ -151,8 +151,8 @@ def test_poison_event_is_dead_lettered_and_a_later_replay_changes_nothing_newer(
 
         asyncio.run(replay())
     with pipeline.reader() as reader:
-        pipeline.wait_applied(reader, [ids[1]])
-        assert reader.status(ids[1]).state == "applied"
+        pipeline.wait_applied(reader, [ids[1]], ns[0])
+        assert reader.status(ids[1], tenant=ns[0]).state == "applied"
     assert "blue" in favourite(pipeline, ns)  # session 2's green did not roll it back
 
 
@@ -175,8 +175,8 @@ def test_broker_outage_while_publishing_spools_then_delivers_in_order(
             own.start()
             assert producer.flush(timeout=60)
         with pipeline.reader() as reader:
-            pipeline.wait_applied(reader, ids, timeout=240)
-            assert all(reader.status(e).state == "applied" for e in ids)
+            pipeline.wait_applied(reader, ids, ns[0], timeout=240)
+            assert all(reader.status(e, tenant=ns[0]).state == "applied" for e in ids)
         for ns in namespaces:
             assert "c099" in favourite(pipeline, ns)
     finally:

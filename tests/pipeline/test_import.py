@@ -140,7 +140,9 @@ def test_an_import_killed_and_interrupted_applies_every_event_once_in_order(
         assert done.returncode == 1, err  # the bad line
         assert "line 5: namespace must be a non-empty list of strings" in out.decode()
     with pipeline.reader() as reader:
-        pipeline.wait_applied(reader, ids + live)
+        for i, ns in enumerate(NAMESPACES):  # status answers per tenant
+            pipeline.wait_applied(reader, ids[i * SESSIONS : (i + 1) * SESSIONS], ns[0])
+        pipeline.wait_applied(reader, live, "live")
         for i, ns in enumerate(NAMESPACES):
             mine = ids[i * SESSIONS : (i + 1) * SESSIONS]
             assert run_async(ledger(pipeline, namespace_key(ns))) == mine

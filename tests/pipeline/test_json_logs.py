@@ -15,7 +15,7 @@ def test_a_worker_logs_outcomes_as_json_lines(pipeline: Pipeline) -> None:
         event_id = producer.session_ended(
             ("logs", "u1"), "t", [Message(role=Role.USER, content="My name is Ada.")]
         )
-        pipeline.wait_applied(reader, [event_id])
+        pipeline.wait_applied(reader, [event_id], "logs")
     deadline = time.monotonic() + 60
     while True:
         output = "".join(w.output() for w in pipeline.workers.started)

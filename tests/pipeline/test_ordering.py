@@ -31,18 +31,20 @@ def test_interleaved_corrections_apply_in_order_per_namespace(pipeline: Pipeline
             f"Actually, my favourite colour is {c3}.",
         ]
     pipeline.start_shards()
-    ids: list[str] = []
+    ids: dict[str, list[str]] = {}
     with pipeline.producer() as producer:
         # Interleave: round r of every namespace before round r + 1 of any.
         for r in range(4):
             order = list(namespaces)
             rng.shuffle(order)
             for ns in order:
-                ids.append(producer.session_ended(ns, f"thread-{ns[2]}", user(sessions[ns][r])))
+                sent = producer.session_ended(ns, f"thread-{ns[2]}", user(sessions[ns][r]))
+                ids.setdefault(ns[0], []).append(sent)
         assert producer.flush(timeout=30)
     with pipeline.reader() as reader:
-        pipeline.wait_applied(reader, ids)
-        assert all(reader.status(e).state == "applied" for e in ids)
+        for tenant, sent_ids in ids.items():
+            pipeline.wait_applied(reader, sent_ids, tenant)
+            assert all(reader.status(e, tenant=tenant).state == "applied" for e in sent_ids)
         for ns, texts in sessions.items():
             colour = texts[3].rsplit(" ", 1)[1].rstrip(".")
             city = texts[2].rsplit(" ", 1)[1].rstrip(".")
@@ -55,12 +57,14 @@ def test_read_path_needs_no_worker(pipeline: Pipeline) -> None:
     """Recall and status answer from Postgres alone, before any worker runs."""
     with pipeline.producer() as producer, pipeline.reader() as reader:
         event_id = producer.session_ended(("solo", "u"), "t", user("My pet name is Rex."))
-        assert reader.status(event_id).state == "pending"
-        assert reader.status(uuid.uuid4().hex).state == "unknown"
-        assert reader.status("not an id").state == "unknown"
+        assert reader.status(event_id, tenant="solo").state == "pending"
+        assert reader.status(uuid.uuid4().hex, tenant="solo").state == "unknown"
+        assert reader.status("not an id", tenant="solo").state == "unknown"
+        # Another tenant asking about solo's event gets the answer of an unknown id.
+        assert reader.status(event_id, tenant="other").state == "unknown"
         assert reader.recall(("solo", "u"), "pet") == []
         started = time.monotonic()
         pipeline.start_shards()
-        pipeline.wait_applied(reader, [event_id])
+        pipeline.wait_applied(reader, [event_id], "solo")
         assert time.monotonic() - started < 120
         assert [m.key for m in reader.recall(("solo", "u"), "pet name")] == ["pet-name"]

@@ -26,16 +26,18 @@ from celery import Celery
 from tests.pipeline.conftest import Pipeline
 from tests.pipeline.test_faults import ColourModel, model_env, session, shard_of
 from tests.support.openai_server import FakeOpenAI
+from tests.support.pg import dead_reason
 from tests.support.services import APP_ROLE
 from tests.support.workers import WorkerProcess, worker_env
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.store import PgMemory
-from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis
+from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis, run_async
 from tulip_ops.dev.flower import Flower
 from tulip_ops.provision import migrate_now
 from tulip_wire.endpoints import kombu_url
 from tulip_wire.events import SESSION_ENDED, TASKS, session_ended
 from tulip_wire.routing import ShardRouter
+from tulip_workers.deadletters import UNKNOWN_TENANT
 
 
 def sender(broker_url: str) -> Celery:
@@ -110,11 +112,12 @@ def test_poison_bodies_are_dead_letters_failed_in_flower_and_the_shard_goes_on(
         ids = [producer.session_ended(ns, "t", session(i, c)) for i, c in enumerate(colours)]
         assert producer.flush(timeout=30)
     with pipeline.reader() as reader:
-        pipeline.wait_applied(reader, [*poison.values(), *ids], timeout=60)
-        for kind, task_id in poison.items():
-            status = reader.status(task_id)
+        pipeline.wait_applied(reader, list(poison.values()), UNKNOWN_TENANT, timeout=60)
+        pipeline.wait_applied(reader, ids, "acme", timeout=60)
+        for kind, task_id in poison.items():  # too malformed to name a tenant
+            status = reader.status(task_id, tenant=UNKNOWN_TENANT)
             assert status.state == "dead" and status.reason, (kind, status)
-        assert [reader.status(e).state for e in ids] == ["applied"] * 4
+        assert [reader.status(e, tenant="acme").state for e in ids] == ["applied"] * 4
         found = {m.key: m.content for m in reader.recall(ns, None)}
     assert "amber" in found["favourite-colour"]  # the last one, applied after the others
 
@@ -150,7 +153,10 @@ def test_a_redis_restart_mid_stream_dead_letters_nothing_and_keeps_order(
             publish(range(0, 10))
             # Wait until the workers are in the middle of the stream, then take Redis away.
             with pipeline.reader() as reader:
-                wait_for("some events applied", lambda: reader.status(ids[6]).state != "pending")
+                wait_for(
+                    "some events applied",
+                    lambda: reader.status(ids[6], tenant="restart").state != "pending",
+                )
             own.stop()
             publisher = threading.Thread(target=publish, args=(range(10, 20),))
             publisher.start()
@@ -159,8 +165,8 @@ def test_a_redis_restart_mid_stream_dead_letters_nothing_and_keeps_order(
             publisher.join(60)
             assert producer.flush(timeout=60)
         with pipeline.reader() as reader:
-            pipeline.wait_applied(reader, ids, timeout=180)
-            states = [reader.status(e) for e in ids]
+            pipeline.wait_applied(reader, ids, "restart", timeout=180)
+            states = [reader.status(e, tenant="restart") for e in ids]
         assert [s.reason for s in states if s.state != "applied"] == []
         for ns in namespaces:
             with pipeline.reader() as reader:
@@ -201,9 +207,13 @@ def test_a_message_that_kills_its_worker_every_time_ends_as_a_dead_letter(
         pipeline.workers.started[-1].kill()
         pipeline.start_shard(k, **settings)
     with pipeline.reader() as reader:
-        pipeline.wait_applied(reader, ids, timeout=60)
-        killer, after = reader.status(ids[0]), reader.status(ids[1])
-    assert killer.state == "dead" and killer.reason == "killed its worker 2 times"
+        pipeline.wait_applied(reader, ids, "acme", timeout=60)
+        killer, after = reader.status(ids[0], tenant="acme"), reader.status(ids[1], tenant="acme")
+    assert killer.state == "dead" and (killer.reason or "").startswith("WorkerLost (")
+    assert (
+        run_async(dead_reason(pipeline.admin_url, ids[0]))
+        == "WorkerLost: killed its worker 2 times"
+    )
     assert after.state == "applied"
     assert model.asked == [1, 1, 2]  # the third delivery was not run, and nothing overtook it
 
@@ -227,8 +237,8 @@ def test_model_calls_longer_than_the_lease_never_exceed_the_cap(
             for ns in on_each_shard.values()
         ]
     with pipeline.reader() as reader:
-        pipeline.wait_applied(reader, ids, timeout=120)
-        assert [reader.status(e).state for e in ids] == ["applied"] * 4
+        pipeline.wait_applied(reader, ids, "lease", timeout=120)
+        assert [reader.status(e, tenant="lease").state for e in ids] == ["applied"] * 4
     assert fake_openai.max_inflight == 1
 
 
@@ -266,7 +276,10 @@ def test_a_postgres_restart_mid_stream_dead_letters_nothing_and_keeps_order(
                 for ns in namespaces
             ]
             with pipeline.reader() as reader:
-                wait_for("some events applied", lambda: reader.status(ids[12]).state != "pending")
+                wait_for(
+                    "some events applied",
+                    lambda: reader.status(ids[12], tenant="pg-restart").state != "pending",
+                )
             own.stop()
             ids += [
                 producer.session_ended(ns, "t", session(r, f"c{r:03d}"))
@@ -277,8 +290,9 @@ def test_a_postgres_restart_mid_stream_dead_letters_nothing_and_keeps_order(
             own.start(APP_ROLE)
             assert producer.flush(timeout=60)
         with pipeline.reader() as reader:
-            pipeline.wait_applied(reader, ids, timeout=180)
-            assert [s.reason for s in map(reader.status, ids) if s.state != "applied"] == []
+            pipeline.wait_applied(reader, ids, "pg-restart", timeout=180)
+            states = [reader.status(e, tenant="pg-restart") for e in ids]
+            assert [s.reason for s in states if s.state != "applied"] == []
             for ns in namespaces:
                 found = {m.key: m.content for m in reader.recall(ns, None)}
                 assert "c039" in found["favourite-colour"]

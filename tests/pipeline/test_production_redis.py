@@ -30,7 +30,7 @@ def _run(pipeline: Pipeline) -> None:
         assert producer.flush(timeout=30)
         assert producer.spooled == 0
     with pipeline.reader() as reader:
-        pipeline.wait_applied(reader, ids)
+        pipeline.wait_applied(reader, ids, "acme")
         for i, ns in enumerate(namespaces):
             found = {m.key: m.content for m in reader.recall(ns, None, limit=5)}
             assert f"City{i}" in found["home-city"], found

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.producer.queues import take_all, with_db
+from tests.support.pg import dead_reason
+from tests.support.services import STARTED
 from tests.workers.test_extraction import event, store  # noqa: F401 - the fixture
 from tulip_memory.store import PgMemory
 from tulip_producer import Producer, ProducerSettings
@@ -17,6 +19,7 @@ from tulip_producer.reader import AsyncReader
 from tulip_wire.claimcheck import ClaimCheckStore
 from tulip_wire.events import Envelope, encode, namespace_key
 from tulip_wire.signing import Signer, forged_event_id
+from tulip_workers.deadletters import UNKNOWN_TENANT
 from tulip_workers.extraction import APPLIED, DEAD, SUPERSEDED, ExtractionWorker
 from tulip_workers.extractors import heuristic
 from tulip_workers.retry import RetryPolicy
@@ -25,6 +28,11 @@ FAST = RetryPolicy(attempts=2, base=0.01, cap=0.02)
 KEY = "k" * 40
 HUGE_SEQ = 10**15
 said = event  # a session.ended event of one user message per text, with its seq
+
+
+def admin_dsn() -> str:
+    """The session's administrator DSN (full dead-letter reasons are only there)."""
+    return STARTED[-1].admin_dsn
 
 
 @pytest.fixture
@@ -61,8 +69,9 @@ async def test_a_claim_check_reused_by_another_event_is_a_dead_letter(
         seq=HUGE_SEQ, ts=time.time(),
     )  # fmt: skip
     assert await worker.handle(encode(forged), forged.id) == DEAD
-    status = await reader.status(forged.id)
-    assert status.state == "dead" and f"claim check of event {genuine.id}" in (status.reason or "")
+    status = await reader.status(forged.id, tenant=tenant)
+    assert status.state == "dead"
+    assert f"claim check of event {genuine.id}" in await dead_reason(admin_dsn(), forged.id)
     assert await worker.handle(encode(genuine), genuine.id) == APPLIED
     later = said(victim_ns, "Actually, my favourite colour is amber.", seq=2)
     assert await worker.handle(encode(later), later.id) == APPLIED  # not superseded
@@ -80,7 +89,8 @@ async def test_a_claimed_payload_must_produce_the_envelope_key(
                       ts=time.time())  # fmt: skip
     forged = forged.with_ref(claims.put(forged.id, json.dumps(payload).encode()))
     assert await worker.handle(encode(forged), forged.id) == DEAD
-    reason = (await reader.status(forged.id)).reason or ""
+    assert (await reader.status(forged.id, tenant=f"{tenant}-x")).state == "dead"
+    reason = await dead_reason(admin_dsn(), forged.id)
     assert "key does not match the payload's namespace" in reason
     assert await colour(reader, victim_ns) == ""  # nothing written
     genuine = said(victim_ns, "My favourite colour is teal.", seq=1)
@@ -111,9 +121,10 @@ async def test_signing_workers_refuse_unsigned_and_badly_signed_events(
     ]
     for body, reason in cases:
         assert await worker.handle(body, genuine.id) == DEAD
-        dead = await reader.status(forged_event_id(body))
-        assert dead.state == "dead" and reason in (dead.reason or ""), dead
-    assert (await reader.status(genuine.id)).state == "pending"  # its id was not burned
+        dead = await reader.status(forged_event_id(body), tenant=UNKNOWN_TENANT)
+        assert dead.state == "dead", dead
+        assert reason in await dead_reason(admin_dsn(), forged_event_id(body))
+    assert (await reader.status(genuine.id, tenant=tenant)).state == "pending"  # not burned
     assert await worker.handle(encode(genuine), genuine.id) == APPLIED
     later = signer.sign(said(ns, "Actually, my favourite colour is amber.", seq=2))
     assert await worker.handle(encode(later), later.id) == APPLIED  # the fence held

@@ -115,7 +115,7 @@ async def test_the_app_role_verifies_the_schema_and_never_migrates(pg_dsn: str) 
 
 
 async def model_down(messages: Sequence[Message], existing: Sequence[Memory]) -> list[Memory]:
-    raise ConnectionError("model endpoint refused the connection")
+    raise ValueError("the model answered something that is not a list of memories")
 
 
 async def dead_letter(store: PgMemory, tenant: str) -> str:

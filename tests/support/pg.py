@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import asyncpg
+
 from tests.support.services import STARTED
 from tulip_memory.store import PgMemory
 
@@ -18,3 +20,16 @@ def app_store(dsn: str, **kwargs: Any) -> PgMemory:
     assert STARTED, "the postgres fixture starts the server first"
     kwargs.setdefault("migrator", STARTED[-1].admin_dsn)
     return PgMemory(dsn, **kwargs)
+
+
+async def dead_reason(admin_dsn: str, event_id: str) -> str:
+    """The full reason of a dead letter (the ledger and status hold a redacted one)."""
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        reason = await conn.fetchval(
+            "SELECT reason FROM public.tulip_dead_letters WHERE event_id = $1", event_id
+        )
+    finally:
+        await conn.close()
+    assert reason is not None, f"no dead letter {event_id}"
+    return str(reason)

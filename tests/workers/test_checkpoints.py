@@ -11,7 +11,8 @@ import pytest
 import redis
 
 from tests.producer.queues import take_all, with_db
-from tests.support.pg import app_store
+from tests.support.pg import app_store, dead_reason
+from tests.support.services import Postgres
 from tulip_memory.delta import DeltaCheckpointer, FileDeltaStorage
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.messages import Message, Role
@@ -21,6 +22,7 @@ from tulip_producer import AsyncReader, Producer, ProducerSettings
 from tulip_wire.events import EventError, checkpoint_saved, encode
 from tulip_wire.pending import PendingStates
 from tulip_workers.checkpoints import CheckpointWorker
+from tulip_workers.deadletters import UNKNOWN_TENANT
 from tulip_workers.event_worker import APPLIED, DEAD, DUPLICATE, SUPERSEDED
 from tulip_workers.retry import RetryPolicy
 
@@ -92,13 +94,15 @@ async def test_an_older_checkpoint_never_becomes_the_head(worker: CheckpointWork
 
 
 async def test_a_state_that_is_not_an_agent_state_is_a_dead_letter(
-    worker: CheckpointWorker, store: PgMemory
+    worker: CheckpointWorker, store: PgMemory, postgres: Postgres
 ) -> None:
     env = checkpoint_saved(TENANT, "t-bad", uuid.uuid4().hex, state(1).to_checkpoint(), ts=1.0)
     body = encode(env.with_seq(1)).replace('"iterations": 1', '"iterations": "many"')
     assert await worker.handle(body, env.id) == DEAD
-    status = await AsyncReader(store).status(env.id)
-    assert status.state == "dead" and "agent state" in (status.reason or "")
+    # Too malformed to decode, so its tenant is not trusted: the row is _unknown's.
+    status = await AsyncReader(store).status(env.id, tenant=UNKNOWN_TENANT)
+    assert status.state == "dead" and (status.reason or "").startswith("EventError (")
+    assert "agent state" in await dead_reason(postgres.admin_dsn, env.id)
 
 
 async def test_read_your_writes_before_any_worker_runs(

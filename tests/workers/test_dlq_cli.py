@@ -91,7 +91,7 @@ async def test_list_show_and_replay_dead_letters(
     replayed = cli(settings, "replay", env.id)
     assert replayed.returncode == 0, replayed.stderr
     reader = AsyncReader(store)
-    assert (await reader.status(env.id)).state == "pending"
+    assert (await reader.status(env.id, tenant=tenant)).state == "pending"
     delivered = take_all(
         ProducerSettings(broker_url=broker, redis_url=broker, extract_shards=2),
         lambda e: e.id == env.id,
@@ -99,7 +99,7 @@ async def test_list_show_and_replay_dead_letters(
     assert [d.envelope.seq for d in delivered] == [7]  # the original sequence number
     healthy = ExtractionWorker(store=store, extractor=heuristic)
     assert await healthy.handle(delivered[0].args[0]) == APPLIED
-    assert (await reader.status(env.id)).state == "applied"
+    assert (await reader.status(env.id, tenant=tenant)).state == "applied"
     assert env.id not in cli(settings, "list", "--limit", "500").stdout
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.support.openai_server import FakeOpenAI, Reply
-from tests.support.pg import app_store
+from tests.support.pg import app_store, dead_reason
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.extract import LLMExtractorConfig
@@ -24,6 +24,7 @@ from tulip_memory.store import PgMemory
 from tulip_producer.reader import AsyncReader
 from tulip_wire.events import Envelope, encode, session_ended
 from tulip_wire.redact import redact_url
+from tulip_workers.deadletters import UNKNOWN_TENANT
 from tulip_workers.event_worker import DatabaseUnreachable
 from tulip_workers.extraction import APPLIED, DEAD, DUPLICATE, SUPERSEDED, ExtractionWorker
 from tulip_workers.extractors import LLMStep, heuristic
@@ -57,10 +58,10 @@ async def test_applies_once_and_recall_finds_it(
     worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
     ns = (tenant, "users", "u1")
     env = event(ns, "My favourite colour is green. I work as a nurse.")
-    assert (await reader.status(env.id)).state == "pending"
+    assert (await reader.status(env.id, tenant=tenant)).state == "pending"
     assert await worker.handle(encode(env)) == APPLIED
     assert await worker.handle(encode(env)) == DUPLICATE
-    status = await reader.status(env.id)
+    status = await reader.status(env.id, tenant=tenant)
     assert status.state == "applied" and status.memories == 2
     recalled = await reader.recall(ns, "favourite colour", limit=5)
     assert "green" in recalled[0].content
@@ -96,8 +97,8 @@ async def test_malformed_events_become_dead_letters(
     task_id = "b" * 24 + str(int(time.time() * 1e3))[-8:]
     assert await worker.handle(body, task_id) == DEAD
     event_id = task_id  # the broker's task id names the ledger row, not the body's id
-    status = await reader.status(event_id)
-    assert status.state == "dead" and reason in (status.reason or "")
+    status = await reader.status(event_id, tenant=UNKNOWN_TENANT)
+    assert status.state == "dead" and (status.reason or "").startswith("EventError (")
     conn = await asyncpg.connect(postgres.admin_dsn)
     try:
         row = await conn.fetchrow("SELECT * FROM tulip_dead_letters WHERE event_id = $1", event_id)
@@ -134,7 +135,7 @@ async def test_poison_is_a_dead_letter_with_its_bytes_and_the_shard_moves_on(
     task_id = uuid.uuid4().hex
     outcome = await worker.handle_durably(body, task_id)
     assert outcome.outcome == DEAD and outcome.reason
-    assert (await reader.status(task_id)).state == "dead"
+    assert (await reader.status(task_id, tenant=UNKNOWN_TENANT)).state == "dead"
     conn = await asyncpg.connect(postgres.admin_dsn)
     try:
         row = await conn.fetchrow("SELECT * FROM tulip_dead_letters WHERE event_id = $1", task_id)
@@ -172,7 +173,7 @@ async def test_a_full_letter_that_cannot_be_stored_becomes_a_minimal_one(
     assert row is not None and row["raw"] is None and row["tenant"] == "_unknown"
     assert row["sha256"] == hashlib.sha256(body.encode()).hexdigest()
     assert row["size"] == len(body.encode()) and "field 'type'" in row["reason"]
-    assert (await reader.status(task_id)).state == "dead"
+    assert (await reader.status(task_id, tenant=UNKNOWN_TENANT)).state == "dead"
 
 
 async def test_an_unreachable_model_is_waited_for_without_using_attempts(
@@ -190,7 +191,7 @@ async def test_an_unreachable_model_is_waited_for_without_using_attempts(
     worker = ExtractionWorker(store=store, extractor=flaky, retry=FAST)
     env = event((tenant, "users", "p2"), "My favourite colour is teal.")
     assert await worker.handle(encode(env), env.id) == APPLIED
-    assert calls == 6 and (await reader.status(env.id)).state == "applied"
+    assert calls == 6 and (await reader.status(env.id, tenant=tenant)).state == "applied"
 
 
 async def test_model_rate_limits_are_retried_in_place(
@@ -225,8 +226,8 @@ async def test_model_garbage_every_time_is_dead_lettered_and_the_shard_moves_on(
     ns = (tenant, "users", "u4")
     poison = event(ns, "hello", seq=1)
     assert await worker.handle(encode(poison)) == DEAD
-    status = await reader.status(poison.id)
-    assert status.state == "dead" and "ExtractionError" in (status.reason or "")
+    status = await reader.status(poison.id, tenant=tenant)
+    assert status.state == "dead" and (status.reason or "").startswith("ExtractionError (")
     good = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
     assert await good.handle(encode(event(ns, "My pet name is Rex.", seq=2))) == APPLIED
     assert await good.handle(encode(poison)) == DUPLICATE  # redelivery of a dead letter
@@ -246,7 +247,7 @@ async def test_pruning_keeps_the_newest_memories_per_type(
 
 
 async def test_a_body_claiming_another_event_id_is_refused(
-    store: PgMemory, reader: AsyncReader, tenant: str
+    store: PgMemory, reader: AsyncReader, postgres: Postgres, tenant: str
 ) -> None:
     worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
     real = event((tenant, "users", "u6"), "My favourite colour is red.")
@@ -254,8 +255,8 @@ async def test_a_body_claiming_another_event_id_is_refused(
     forged = event((tenant, "users", "u6"), "My favourite colour is black.", seq=9)
     task_id = uuid.uuid4().hex
     assert await worker.handle(encode(forged), task_id) == DEAD
-    assert "does not match its task id" in ((await reader.status(task_id)).reason or "")
-    assert (await reader.status(real.id)).state == "applied"
+    assert "does not match its task id" in await dead_reason(postgres.admin_dsn, task_id)
+    assert (await reader.status(real.id, tenant=tenant)).state == "applied"
     recalled = await reader.recall((tenant, "users", "u6"), "favourite colour")
     assert "red" in recalled[0].content
 

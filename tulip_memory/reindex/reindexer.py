@@ -443,23 +443,33 @@ class Reindexer:
     # -- the switch -------------------------------------------------------------
 
     async def finish(self, job_id: int) -> ReindexJob:
-        """Sweep for rows still missing the new vector, then switch recall to it."""
+        """Sweep for rows still missing the new vector, then switch recall to it. One
+        process at a time (a session lock on the job): the worker that ran the last
+        batch and the command watching the job may both get here."""
         job = await self._require(job_id)
         if job.status != "running" or await self._fetch(sql.PENDING_RANGES, job_id):
             return job
         if self._admin_dsn is None:
-            return job  # a batch worker: whoever watches the job switches it
+            return job  # a batch worker without the owner's DSN: the watcher switches it
+        async with self._owner() as lock:
+            if not await lock.fetchval(sql.FINISH_LOCK, f"{self.store.table}/finish/{job_id}"):
+                return job  # another process is switching it
+            return await self._switch(await self._require(job_id))
+
+    async def _switch(self, job: ReindexJob) -> ReindexJob:
+        if job.status != "running":
+            return job
         tenants = (
             [job.scope]
             if job.scope
-            else [r["tenant"] for r in await self._fetch(sql.RANGE_TENANTS, job_id)]
+            else [r["tenant"] for r in await self._fetch(sql.RANGE_TENANTS, job.id)]
         )
         for tenant in tenants:
             if await self._sweep(job, tenant) is None:
-                return await self._require(job_id)
+                return await self._require(job.id)
         await self._index(job)
         async with self._layout_change() as conn:
-            locked = ReindexJob.from_row(await conn.fetchrow(self.q(sql.JOB_FOR_UPDATE), job_id))
+            locked = ReindexJob.from_row(await conn.fetchrow(self.q(sql.JOB_FOR_UPDATE), job.id))
             if locked.status != "running":
                 return locked
             previous = await self._reads(conn, job.scope)
@@ -467,8 +477,8 @@ class Reindexer:
                 await conn.execute(self.q(sql.READ_SLOT_TENANT), job.scope, job.slot)
             else:
                 await conn.execute(self.q(sql.READ_SLOT_ALL), job.slot)
-            await conn.execute(self.q(sql.SWITCHED), job_id, json.dumps(previous))
-        return await self._require(job_id)
+            await conn.execute(self.q(sql.SWITCHED), job.id, json.dumps(previous))
+        return await self._require(job.id)
 
     async def _sweep(self, job: ReindexJob, tenant: str) -> int | None:
         """Rows of ``tenant`` whose read slot has a vector and the new slot none (none

@@ -21,6 +21,9 @@ LATEST_JOB = f"""
 SELECT {JOB_COLS} FROM {{t}}_reindex_jobs WHERE scope = $1
 ORDER BY (status <> 'finalized') DESC, id DESC LIMIT 1"""
 
+# Held (session-level) by the one process switching a job; released when it is done.
+FINISH_LOCK = "SELECT pg_try_advisory_lock(hashtext($1))"
+
 JOB_STATUS_SHARE = "SELECT status FROM {t}_reindex_jobs WHERE id = $1 FOR SHARE"
 
 INSERT_JOB = """

@@ -220,10 +220,11 @@ def _publish(
     settings: Mapping[str, str],
     plan: list[tuple[Namespace, dict[str, str], bool]],
     report: DemoReport,
-) -> list[str]:
+) -> list[tuple[str, str]]:
+    """Publish the plan; ``(tenant, event id)`` of each event (status is per tenant)."""
     started = time.perf_counter()
     with Producer(_producer_settings(settings)) as producer:
-        ids = [producer.session_ended(ns, f"{ns[2]}-chat", say(f, c)) for ns, f, c in plan]
+        ids = [(ns[0], producer.session_ended(ns, f"{ns[2]}-chat", say(f, c))) for ns, f, c in plan]
         producer.flush(timeout=60)
     report.events = len(ids)
     report.publish_seconds = time.perf_counter() - started
@@ -232,7 +233,7 @@ def _publish(
 
 def _wait(
     reader: Reader,
-    ids: list[str],
+    ids: list[tuple[str, str]],
     report: DemoReport,
     progress: Callable[[str], None],
     timeout: float,
@@ -240,9 +241,9 @@ def _wait(
 ) -> None:
     pending, deadline, last = list(ids), time.monotonic() + timeout, 0.0
     while pending and time.monotonic() < deadline:
-        statuses = [reader.status(e) for e in pending]
-        report.dead += sum(s.state == "dead" for s in statuses)
-        pending = [s.event_id for s in statuses if s.state == "pending"]
+        statuses = [(t, reader.status(e, tenant=t)) for t, e in pending]
+        report.dead += sum(s.state == "dead" for _, s in statuses)
+        pending = [(t, s.event_id) for t, s in statuses if s.state == "pending"]
         if time.monotonic() - last >= 1.0 or not pending:
             last = time.monotonic()
             done = len(ids) - len(pending)
