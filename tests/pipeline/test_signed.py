@@ -1,0 +1,52 @@
+"""Signed envelopes through real workers: a forgery written straight to the broker is a
+dead letter, the genuine events around it apply in order."""
+
+from __future__ import annotations
+
+import time
+
+from tests.pipeline.conftest import SHARDS, Pipeline
+from tulip_memory.messages import Message, Role
+from tulip_producer import Producer
+from tulip_wire.events import encode, namespace_key, session_ended
+from tulip_wire.routing import ShardRouter
+from tulip_wire.signing import forged_event_id
+
+KEY = "s" * 48
+
+
+def said(text: str) -> list[Message]:
+    return [Message(role=Role.USER, content=text)]
+
+
+def test_a_forged_event_on_the_broker_is_refused_and_the_victims_events_apply(
+    pipeline: Pipeline,
+) -> None:
+    victim = ("acme", "users", "victim")
+    pipeline.start_shard(
+        ShardRouter("memory.extract", SHARDS).shard(namespace_key(victim)),
+        TULIP_EVENT_SIGNING_KEY=KEY,
+    )
+    signed = Producer.from_urls(
+        pipeline.broker_url,
+        pipeline.broker_url,
+        spool_dir=pipeline.spool,
+        extract_shards=SHARDS,
+        checkpoint_shards=SHARDS,
+        signing_key=KEY,
+    )
+    # Any broker client can write a well-formed task message: here one with the
+    # victim's key and a sequence number that would fence out every later event.
+    forged = session_ended(victim, "t", said("My favourite colour is red."), ts=time.time())
+    body = encode(forged.with_seq(10**15))
+    with signed, pipeline.producer() as unsigned:
+        first = signed.session_ended(victim, "t", said("My favourite colour is green."))
+        unsigned.republish(body)
+        later = signed.session_ended(victim, "t", said("Actually, my favourite colour is amber."))
+    with pipeline.reader() as reader:
+        pipeline.wait_applied(reader, [first, later, forged_event_id(body)])
+        assert [reader.status(e).state for e in (first, later)] == ["applied", "applied"]
+        dead = reader.status(forged_event_id(body))
+        assert dead.state == "dead" and "unsigned event refused" in (dead.reason or "")
+        found = {m.key: m.content for m in reader.recall(victim, None)}
+    assert "amber" in found.get("favourite-colour", "") and "red" not in str(found)
