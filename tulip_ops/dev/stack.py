@@ -98,7 +98,7 @@ class DevStack:
         return self.data_dir / ENV_FILE
 
     def _write_env(self) -> None:
-        # DSNs and the Flower password: owner-only, like the rest of the data directory.
+        # DSNs and the Flower password: owner-only (0600) whatever the umask.
         write_private(self.env_file, render_env(self.settings).encode(), fsync=False)
 
     def stop(self) -> None:
