@@ -21,6 +21,7 @@ from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.delta.keys import tenant_part
 from tulip_memory.delta.tenants import adopt_thread
 from tulip_memory.registry import get_checkpointer
+from tulip_wire.redact import redact_url
 
 
 def add_parser(sub: Any) -> None:
@@ -46,7 +47,7 @@ def run_adopt(args: argparse.Namespace) -> int:
         return 2
     base = get_checkpointer(url)
     if not isinstance(base, DeltaCheckpointer):
-        print(f"TULIP_CHECKPOINT_URL does not name a checkpoint store: {url}", file=sys.stderr)
+        print(f"TULIP_CHECKPOINT_URL is not a checkpoint store: {redact_url(url)}", file=sys.stderr)
         return 2
     try:
         moved, missing = asyncio.run(_adopt(base, args.tenant, args.all, args.thread_ids))
