@@ -554,9 +554,14 @@ class Producer:
     def _deliver(self, row: SpooledEvent) -> bool:
         try:
             env = decode(row.envelope)
-        except EventError:  # only a schema change or a damaged file can cause this
-            log.error("spooled row %d cannot be decoded and blocks the spool", row.id)
-            return False
+        except EventError as e:  # only a schema change or a damaged file can cause this
+            self._spool.reject(row.id, e.reason)
+            log.error(
+                "spooled row %d no longer decodes (%s): moved to the spool's rejected rows",
+                row.id,
+                type(e).__name__,
+            )
+            return True
         if not self._try_publish(env):
             return False
         self._spool.remove(row.id)

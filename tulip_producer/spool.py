@@ -32,6 +32,13 @@ CREATE TABLE IF NOT EXISTS spool (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     envelope TEXT NOT NULL,
     enqueued_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS spool_rejected (
+    id INTEGER PRIMARY KEY,
+    envelope TEXT NOT NULL,
+    enqueued_at REAL NOT NULL,
+    rejected_at REAL NOT NULL,
+    reason TEXT NOT NULL
 )
 """
 _APPEND = "INSERT INTO spool (envelope, enqueued_at) VALUES (?, ?)"
@@ -39,6 +46,10 @@ _PEEK = "SELECT id, envelope, enqueued_at FROM spool ORDER BY id LIMIT ?"
 _REMOVE = "DELETE FROM spool WHERE id = ?"
 _COUNT = "SELECT count(*) FROM spool"
 _ANY = "SELECT EXISTS (SELECT 1 FROM spool)"
+_REJECT = """
+INSERT INTO spool_rejected (id, envelope, enqueued_at, rejected_at, reason)
+SELECT id, envelope, enqueued_at, ?, ? FROM spool WHERE id = ?"""
+_REJECTED = "SELECT id, envelope, enqueued_at, reason FROM spool_rejected ORDER BY id"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +78,7 @@ class Spool:
         )
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute(_SCHEMA)
+        self._db.executescript(_SCHEMA)
 
     def append(self, envelope: str) -> int:
         """Add one encoded envelope at the tail; returns its row id once it is on disk."""
@@ -86,6 +97,26 @@ class Spool:
         """Drop one row (after it was delivered)."""
         with self._lock:
             self._db.execute(_REMOVE, (row_id,))
+
+    def reject(self, row_id: int, reason: str) -> None:
+        """Move a row that can never be delivered (it no longer decodes) out of the
+        FIFO into ``spool_rejected``, so it neither blocks the rows behind it nor is
+        lost: an operator can read it there."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(_REJECT, (time.time(), reason, row_id))
+                self._db.execute(_REMOVE, (row_id,))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def rejected(self) -> list[tuple[SpooledEvent, str]]:
+        """The rejected rows with their reasons, oldest first."""
+        with self._lock:
+            rows = self._db.execute(_REJECTED).fetchall()
+        return [(SpooledEvent(id=r[0], envelope=r[1], enqueued_at=r[2]), r[3]) for r in rows]
 
     def __len__(self) -> int:
         with self._lock:

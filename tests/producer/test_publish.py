@@ -6,6 +6,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,8 +24,9 @@ from tulip_producer.producer import (
     PublishError,
     extract_queues,
 )
+from tulip_producer.spool import Spool
 from tulip_wire.endpoints import kombu_url
-from tulip_wire.events import TASKS, Envelope, EventError, namespace_key
+from tulip_wire.events import TASKS, Envelope, EventError, encode, namespace_key, session_ended
 from tulip_wire.routing import ShardRouter
 from tulip_wire.topology import EXTRACT_QUEUE_PREFIX, SEQ_KEY_PREFIX
 
@@ -348,3 +350,28 @@ def test_republish_sends_an_event_exactly_as_it_was(
     with pytest.raises(PublishError, match=first.task_id):
         dead.republish(first.args[0])
     assert dead.spooled == 0  # a failed replay is the caller's to keep, not the spool's
+
+
+def test_a_spooled_row_that_no_longer_decodes_is_set_aside_not_blocking(
+    broker_url: str, make_producer: MakeProducer, tmp_path: Path, tenant: str
+) -> None:
+    """A checkpoint spooled by a producer from before tenant-keyed threads (no
+    payload.tenant) can never be delivered: it moves to the rejected rows, kept for
+    an operator, and the events behind it go out."""
+    spool = Spool(tmp_path / "spool")
+    old = {"v": 1, "id": uuid.uuid4().hex, "type": "checkpoint.saved", "key": "ticket-1",
+           "seq": None, "ts": 1.0, "payload": {"thread_id": "ticket-1",
+           "checkpoint_id": uuid.uuid4().hex, "state": {"messages": []}}}  # fmt: skip
+    spool.append(json.dumps(old))
+    behind = session_ended((tenant, "u"), "t", chat("behind the old row"), ts=time.time())
+    spool.append(encode(behind))
+    spool.close()
+    producer = make_producer(broker_url, spool_dir=tmp_path / "spool")
+    assert producer.flush(timeout=30)
+    assert [d.task_id for d in take_all(producer.settings)] == [behind.id]
+    reopened = Spool(tmp_path / "spool")
+    try:
+        [(row, reason)] = reopened.rejected()
+        assert json.loads(row.envelope) == old and "payload.tenant is missing" in reason
+    finally:
+        reopened.close()
