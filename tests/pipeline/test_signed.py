@@ -6,11 +6,14 @@ from __future__ import annotations
 import time
 
 from tests.pipeline.conftest import SHARDS, Pipeline
+from tests.support.pg import dead_reason
 from tulip_memory.messages import Message, Role
+from tulip_ops.dev.embedded import run_async
 from tulip_producer import Producer
 from tulip_wire.events import encode, namespace_key, session_ended
 from tulip_wire.routing import ShardRouter
 from tulip_wire.signing import forged_event_id
+from tulip_workers.deadletters import UNKNOWN_TENANT
 
 KEY = "s" * 48
 
@@ -43,10 +46,13 @@ def test_a_forged_event_on_the_broker_is_refused_and_the_victims_events_apply(
         first = signed.session_ended(victim, "t", said("My favourite colour is green."))
         unsigned.republish(body)
         later = signed.session_ended(victim, "t", said("Actually, my favourite colour is amber."))
+    forgery = forged_event_id(body)
     with pipeline.reader() as reader:
-        pipeline.wait_applied(reader, [first, later, forged_event_id(body)])
-        assert [reader.status(e).state for e in (first, later)] == ["applied", "applied"]
-        dead = reader.status(forged_event_id(body))
-        assert dead.state == "dead" and "unsigned event refused" in (dead.reason or "")
+        pipeline.wait_applied(reader, [first, later], tenant="acme")
+        pipeline.wait_applied(reader, [forgery], tenant=UNKNOWN_TENANT)
+        states = [reader.status(e, tenant="acme").state for e in (first, later)]
+        assert states == ["applied", "applied"]
+        assert reader.status(forgery, tenant=UNKNOWN_TENANT).state == "dead"
+        assert "unsigned event refused" in run_async(dead_reason(pipeline.admin_url, forgery))
         found = {m.key: m.content for m in reader.recall(victim, None)}
     assert "amber" in found.get("favourite-colour", "") and "red" not in str(found)
