@@ -3,22 +3,35 @@
 One tenant's threads: ``QueuedCheckpointer(producer, reader, inner, tenant="acme")``.
 ``save`` publishes a ``checkpoint.saved`` event and returns at once (the chat request
 pays a Redis round trip, not an S3 write); ``load`` reads through the pending overlay,
-so a thread's newest state is there before any worker ran. Listing and deleting go to
-the checkpoint store directly. ``get_checkpointer("queued:<inner>")`` builds one from
-the environment, ``<inner>`` naming the store the workers write (e.g. ``s3:bucket``),
-given ``tenant=``.
+so a thread's newest state is there before any worker ran. Listing goes to the
+checkpoint store directly; ``delete`` first waits until the thread's queued saves are
+durable (its pending state is gone), so no save still on its way brings the thread
+back. ``get_checkpointer("queued:<inner>")`` builds one from the environment,
+``<inner>`` naming the store the workers write (e.g. ``s3:bucket``), given ``tenant=``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.delta.tenants import tenant_checkpointer
+from tulip_memory.errors import TulipMemoryError
 from tulip_memory.registry import BaseCheckpointer, get_checkpointer
 from tulip_memory.state import AgentState
 from tulip_producer.producer import AsyncProducer
 from tulip_producer.reader import AsyncReader
+
+#: How long ``delete`` waits for a thread's queued saves to be written.
+DELETE_DRAIN_TIMEOUT = 120.0
+_DRAIN_POLL = 0.1
+
+
+class ThreadStillQueued(TulipMemoryError):
+    """A delete was asked while saves of the thread were still on their way: nothing
+    was deleted (deleting then would let those saves bring the thread back)."""
 
 
 class QueuedCheckpointer:
@@ -70,8 +83,36 @@ class QueuedCheckpointer:
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         return await self.threads.copy_thread(source_thread_id, dest_thread_id)
 
-    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
+    async def delete(
+        self,
+        thread_id: str,
+        checkpoint_id: str | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> bool:
+        """Delete once the thread's queued saves are durable: this producer's spool is
+        flushed and the thread has no pending state (the checkpoint worker clears it
+        when the newest save is written). Raises :class:`ThreadStillQueued`, deleting
+        nothing, if that takes longer than ``timeout`` seconds (default
+        :data:`DELETE_DRAIN_TIMEOUT`)."""
+        timeout = DELETE_DRAIN_TIMEOUT if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        if not await self.producer.flush(timeout):
+            raise ThreadStillQueued(f"thread {thread_id!r}: saves still spooled after {timeout}s")
+        while await self._pending(thread_id):
+            if time.monotonic() > deadline:
+                raise ThreadStillQueued(
+                    f"thread {thread_id!r}: saves still queued after {timeout}s "
+                    "(are the checkpoint workers running?); nothing deleted"
+                )
+            await asyncio.sleep(_DRAIN_POLL)
         return await self.threads.delete(thread_id, checkpoint_id)
+
+    async def _pending(self, thread_id: str) -> bool:
+        pending = self.reader.pending
+        if pending is None:
+            return False
+        return await asyncio.to_thread(pending.get, self.tenant, thread_id) is not None
 
     async def close(self) -> None:
         await self.producer.close()

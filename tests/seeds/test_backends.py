@@ -18,6 +18,8 @@ from tulip_memory.backends import S3Backend, install_lifecycle_rules, lifecycle_
 from tulip_memory.messages import Message, Role
 from tulip_memory.registry import get_checkpointer
 from tulip_memory.state import AgentState
+from tulip_producer import checkpointer as queued_module
+from tulip_producer.checkpointer import ThreadStillQueued
 from tulip_wire.claimcheck import claim_check_url_from_env
 
 
@@ -232,6 +234,39 @@ async def test_queued_saves_go_through_a_checkpoint_worker(
         await queued.close()
         await direct.close()
         await other.close()
+
+
+async def test_a_queued_delete_waits_for_the_queued_saves_and_nothing_comes_back(
+    pipeline: Pipeline,  # noqa: F811
+    bucket: str,
+    s3_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The seed's delete on the queued path: saves still in the queue are written
+    first, then the thread is deleted, and no late save brings it back."""
+    store = {"TULIP_CHECKPOINT_URL": f"s3:{bucket}/del", "TULIP_S3_ENDPOINT_URL": s3_endpoint}
+    env = pipeline.env(**store, TULIP_SPOOL_DIR=str(pipeline.spool))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    queued = S3Backend(bucket, "del/", queued=True, tenant="acme")
+    direct = S3Backend(bucket, "del/", tenant="acme")
+    try:
+        for n in (1, 2, 3):
+            await queued.save(state("gdpr", n), "user-asked-to-forget")
+        monkeypatch.setattr(queued_module, "DELETE_DRAIN_TIMEOUT", 0.5)
+        with pytest.raises(ThreadStillQueued, match="nothing deleted"):
+            await queued.delete("user-asked-to-forget")  # no worker yet
+        assert await queued.load("user-asked-to-forget") == state("gdpr", 3)
+        for k in range(SHARDS):
+            pipeline.start_shard(k, role="checkpoint", **store)
+        monkeypatch.setattr(queued_module, "DELETE_DRAIN_TIMEOUT", 120.0)
+        assert await queued.delete("user-asked-to-forget")
+        assert await queued.load("user-asked-to-forget") is None
+        assert await direct.load("user-asked-to-forget") is None
+        assert await queued.list_threads() == []
+    finally:
+        await queued.close()
+        await direct.close()
 
 
 def test_claim_checks_live_beside_checkpoints_in_either_spelling(tmp_path: Any) -> None:

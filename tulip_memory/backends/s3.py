@@ -13,9 +13,11 @@ reads the pending state first, so a thread reads its own writes before any worke
 The queued path is the ``queued`` checkpointer provider (``tulip_producer`` registers
 it as an entry point), configured from the environment like every producer
 (``TULIP_BROKER_URL``, ``TULIP_REDIS_URL``, ``TULIP_DATABASE_URL``...); this library
-imports nothing of it. Listing, copying and deleting go to the bucket, so they see
-what the workers have written: a thread whose first save is still queued is not listed
-yet, and deleting a thread does not withdraw a save still in the queue.
+imports nothing of it. Listing and copying go to the bucket, so they see what the
+workers have written: a thread whose first save is still queued is not listed yet.
+Deleting waits until the thread's queued saves are written, then deletes them with the
+rest, so no save still in the queue brings the thread back (``ThreadStillQueued``,
+deleting nothing, if the workers do not get there in time).
 """
 
 from __future__ import annotations
@@ -119,6 +121,14 @@ class S3Backend(DeltaCheckpointer):
             loaded: AgentState | None = await self.queue.load(thread_id, checkpoint_id)
             return loaded
         return await super().load(thread_id, checkpoint_id)
+
+    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
+        """Delete the thread (or one checkpoint). Queued: once the thread's queued saves
+        are written, so none of them brings it back (``ThreadStillQueued`` otherwise)."""
+        if self.queue is not None:
+            deleted: bool = await self.queue.delete(thread_id, checkpoint_id)
+            return deleted
+        return await super().delete(thread_id, checkpoint_id)
 
     async def install_lifecycle(
         self,
