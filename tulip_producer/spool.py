@@ -16,7 +16,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,9 +76,9 @@ class Spool:
             isolation_level=None,  # autocommit: every statement is its own transaction
             check_same_thread=False,
         )
-        self._db.execute("PRAGMA journal_mode=WAL")
+        _while_locked(busy_timeout, lambda: self._db.execute("PRAGMA journal_mode=WAL"))
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+        _while_locked(busy_timeout, lambda: self._db.executescript(_SCHEMA))
 
     def append(self, envelope: str) -> int:
         """Add one encoded envelope at the tail; returns its row id once it is on disk."""
@@ -148,3 +148,20 @@ class Spool:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _while_locked(timeout: float, step: Callable[[], object]) -> None:
+    """Run ``step``, again while another process holds the database: two producers
+    opening a new spool at once race for the switch to WAL, and SQLite answers that
+    race with "database is locked" at once, without waiting on its busy timeout."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        try:
+            step()
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(0.2, delay * 2)
