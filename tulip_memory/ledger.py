@@ -21,6 +21,10 @@ from tulip_memory.store.postgres.schema import Step, apply_migrations, verify_mi
 
 TABLE = "public.tulip_event_ledger"
 APPLIED, DEAD, REPLAYING = "applied", "dead", "replaying"
+#: Recorded, but its writes lost to a newer event of its key under the sequence fence.
+SUPERSEDED = "superseded"
+#: A worker is done with the event: a redelivery changes nothing.
+DONE = (APPLIED, SUPERSEDED, DEAD)
 
 _MIGRATIONS: list[Step] = [
     (
@@ -93,15 +97,27 @@ _MIGRATIONS.append(
     )
 )
 
+_MIGRATIONS.append(
+    (
+        5,
+        "an event whose write the sequence fence skipped is superseded, not applied",
+        [
+            f"ALTER TABLE {TABLE} DROP CONSTRAINT tulip_event_ledger_status_check",
+            f"""ALTER TABLE {TABLE} ADD CONSTRAINT tulip_event_ledger_status_check
+                CHECK (status IN ('applied', 'superseded', 'dead', 'replaying'))""",
+        ],
+    )
+)
+
 _GET = f"SELECT * FROM {TABLE} WHERE tenant = $1 AND event_id = $2"
 _NEWEST = f"""
 SELECT max(seq) FROM {TABLE}
 WHERE tenant = $1 AND type = $2 AND key = $3 AND status = 'applied'"""
 _CLAIM = f"""
 INSERT INTO {TABLE} AS l (tenant, event_id, type, key, seq, status, attempts, memories)
-VALUES ($1, $2, $3, $4, $5, 'applied', $6, $7)
+VALUES ($1, $2, $3, $4, $5, $8, $6, $7)
 ON CONFLICT (tenant, event_id) DO UPDATE SET
-    status = 'applied', reason = NULL, attempts = l.attempts + EXCLUDED.attempts,
+    status = EXCLUDED.status, reason = NULL, attempts = l.attempts + EXCLUDED.attempts,
     memories = EXCLUDED.memories, updated_at = now()
 WHERE l.status = 'replaying'
 RETURNING 1"""
@@ -111,7 +127,7 @@ VALUES ($1, $2, $3, $4, $5, 'dead', $6, $7)
 ON CONFLICT (tenant, event_id) DO UPDATE SET
     status = 'dead', reason = EXCLUDED.reason, attempts = l.attempts + EXCLUDED.attempts,
     updated_at = now()
-WHERE l.status <> 'applied'"""
+WHERE l.status NOT IN ('applied', 'superseded')"""
 _REPLAYING = f"""
 UPDATE {TABLE} SET status = 'replaying', updated_at = now()
 WHERE tenant = $1 AND event_id = $2 AND status = 'dead' RETURNING 1"""
@@ -147,8 +163,8 @@ class LedgerEntry:
 
     @property
     def done(self) -> bool:
-        """Applied or dead: a redelivery of this event must change nothing."""
-        return self.status in (APPLIED, DEAD)
+        """Applied, superseded or dead: a redelivery of this event must change nothing."""
+        return self.status in DONE
 
 
 class EventLedger:
@@ -183,11 +199,15 @@ class EventLedger:
         seq: int | None,
         attempts: int,
         memories: int,
+        superseded: bool = False,
     ) -> bool:
-        """Record the event as applied; ``False`` when it already was (or died): the
-        caller's transaction must then roll back its effects."""
-        row = await conn.fetchrow(_CLAIM, tenant, event_id, type, key, seq, attempts, memories)
-        return row is not None
+        """Record the event as applied (``superseded`` when the caller knows a newer
+        event of the key was applied first, so the fence skips its writes); ``False``
+        when it already was (or died): the caller's transaction must then roll back
+        its effects."""
+        status = SUPERSEDED if superseded else APPLIED
+        args = (tenant, event_id, type, key, seq, attempts, memories, status)
+        return await conn.fetchrow(_CLAIM, *args) is not None
 
     async def record_dead(
         self,

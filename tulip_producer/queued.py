@@ -19,7 +19,7 @@ from tulip_memory.manager.block import strip_memory_blocks
 from tulip_memory.messages import Message
 from tulip_memory.state import AgentState
 from tulip_memory.store.validation import validate_namespace
-from tulip_producer.reader import AsyncReader
+from tulip_producer.reader import DONE_STATES, AsyncReader
 
 
 class Publisher(Protocol):
@@ -83,13 +83,14 @@ class QueuedMemoryManager(BaseMemoryManager):
         self._published.append(event_id)
 
     async def drain(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - spec API
-        """Wait until every event this manager published is applied (or dead);
+        """Wait until a worker is done with every event this manager published
+        (applied, superseded or dead);
         ``TimeoutError`` after ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         pending = list(self._published)
         while pending:
             statuses = [await self.reader.status(e, tenant=self.namespace[0]) for e in pending]
-            pending = [s.event_id for s in statuses if s.state not in ("applied", "dead")]
+            pending = [s.event_id for s in statuses if s.state not in DONE_STATES]
             if not pending:
                 return
             if deadline is not None and time.monotonic() >= deadline:

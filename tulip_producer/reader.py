@@ -19,7 +19,7 @@ from tulip_memory.compactor import LLMCompactor
 from tulip_memory.config import store_from_env
 from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.delta.tenants import TenantCheckpointers
-from tulip_memory.ledger import APPLIED, DEAD, EventLedger
+from tulip_memory.ledger import DONE, EventLedger
 from tulip_memory.manager import Memory, MemoryType
 from tulip_memory.messages import Message
 from tulip_memory.registry import BaseCheckpointer, get_checkpointer
@@ -33,7 +33,9 @@ from tulip_wire.published import PublishedEvents, published_events
 
 T = TypeVar("T")
 TYPES = tuple(t.value for t in MemoryType)
-State = Literal["unknown", "pending", "applied", "dead"]
+State = Literal["unknown", "pending", "applied", "superseded", "dead"]
+#: The states a worker is done with: the event will not change again.
+DONE_STATES: tuple[State, ...] = ("applied", "superseded", "dead")
 View = Literal["full", "compacted"]
 
 
@@ -183,8 +185,10 @@ class AsyncReader:
         return [TurnHit(m.score, m.turn, m.position, m.text, m.metadata) for m in matches]
 
     async def status(self, event_id: str, *, tenant: str) -> EventStatus:
-        """``applied`` or ``dead`` (with the reason's class, length and hash) once a
-        worker is done with ``tenant``'s event; ``pending`` while it is on its way;
+        """``applied``, ``superseded`` (recorded, but its writes lost to a newer event
+        of its key under the sequence fence: a replay, a late redelivery) or ``dead``
+        (with the reason's class, length and hash) once a worker is done with
+        ``tenant``'s event; ``pending`` while it is on its way;
         ``unknown`` for an id no producer published for ``tenant`` through this Redis
         (see :mod:`tulip_wire.published`). Another tenant's event id gets exactly the
         answer of an id nobody published: the ledger row is under row-level security
@@ -198,9 +202,9 @@ class AsyncReader:
             entry = await self._ledger.get(tx.conn, event_id, tenant=tenant)
         if entry is None and not await self._published(event_id, tenant):
             return EventStatus(event_id, "unknown")
-        if entry is None or entry.status not in (APPLIED, DEAD):
+        if entry is None or entry.status not in DONE:
             return EventStatus(event_id, "pending")
-        state: State = "applied" if entry.status == APPLIED else "dead"
+        state = next(d for d in DONE_STATES if d == entry.status)
         return EventStatus(event_id, state, entry.reason, entry.memories)
 
     async def _published(self, event_id: str, tenant: str) -> bool:

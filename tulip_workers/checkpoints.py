@@ -80,6 +80,7 @@ class CheckpointWorker(EventWorker):
                     seq=env.seq,
                     attempts=attempt,
                     memories=0,
+                    superseded=superseded,
                 )
                 if not claimed:
                     raise AlreadyApplied

@@ -71,6 +71,7 @@ class ExtractionWorker(EventWorker):
                     seq=env.seq,
                     attempts=attempt,
                     memories=len(items),
+                    superseded=_fenced(env.seq, newest),
                 )
                 if not claimed:
                     raise AlreadyApplied

@@ -91,7 +91,7 @@ class Pipeline:
         deadline = time.monotonic() + timeout
         pending = list(ids)
         while pending and time.monotonic() < deadline:
-            done = ("applied", "dead")
+            done = ("applied", "superseded", "dead")
             pending = [e for e in pending if reader.status(e, tenant=tenant).state not in done]
             if pending:
                 time.sleep(0.2)

@@ -20,7 +20,7 @@ from tulip_wire.claimcheck import ClaimCheckStore
 from tulip_wire.events import Envelope, encode, namespace_key
 from tulip_wire.signing import Signer, forged_event_id
 from tulip_workers.deadletters import UNKNOWN_TENANT
-from tulip_workers.extraction import APPLIED, DEAD, SUPERSEDED, ExtractionWorker
+from tulip_workers.extraction import APPLIED, DEAD, DUPLICATE, SUPERSEDED, ExtractionWorker
 from tulip_workers.extractors import heuristic
 from tulip_workers.retry import RetryPolicy
 
@@ -169,7 +169,11 @@ async def test_a_write_lost_to_the_fence_is_superseded_never_applied(
     older = said(ns, "My favourite colour is blue.", seq=4)
     assert await worker.handle(encode(newer), newer.id) == APPLIED
     assert await worker.handle(encode(older), older.id) == SUPERSEDED
-    assert "green" in await colour(AsyncReader(store), ns)
+    reader = AsyncReader(store)
+    assert (await reader.status(older.id, tenant=tenant)).state == "superseded"
+    assert (await reader.status(newer.id, tenant=tenant)).state == "applied"
+    assert await worker.handle(encode(older), older.id) == DUPLICATE  # done, redelivered
+    assert "green" in await colour(reader, ns)
 
 
 def test_a_short_signing_key_is_refused_without_echoing_it() -> None:
