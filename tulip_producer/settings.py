@@ -8,30 +8,36 @@ publish in production.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tulip_wire.claimcheck import DEFAULT_SPOOL_DIR, claim_check_url_from_env
+from tulip_memory.env import S3_ENDPOINT_URL, Var, seconds
+from tulip_memory.env import environ as environ_of
+from tulip_wire import env as wire
+from tulip_wire.claimcheck import claim_check_url_from_env
 from tulip_wire.endpoints import BROKER_SCHEMES, REDIS_SCHEMES, scheme_of
+from tulip_wire.env import DEFAULT_SPOOL_DIR
 from tulip_wire.events import DEFAULT_MAX_EVENT_BYTES
 from tulip_wire.published import DEFAULT_STATUS_TTL
 from tulip_wire.redact import redact_url
-from tulip_wire.signing import ENV_VAR as SIGNING_ENV_VAR
 from tulip_wire.signing import signer_of
 
 #: Named in the refusal when no broker is configured; never used as a default: a
 #: guessed ``redis://127.0.0.1:6379/0`` would publish into whatever Redis the host runs.
 EXAMPLE_BROKER_URL = "redis://127.0.0.1:6379/0"
-DEFAULT_EXTRACT_SHARDS = 4
-DEFAULT_CHECKPOINT_SHARDS = 4
+DEFAULT_EXTRACT_SHARDS = wire.EXTRACT_SHARDS.default
+DEFAULT_CHECKPOINT_SHARDS = wire.CHECKPOINT_SHARDS.default
 #: Read-your-writes overlay lifetime: far longer than any queue backlog should last.
 DEFAULT_PENDING_TTL = 7 * 24 * 3600.0
 DEFAULT_PUBLISH_TIMEOUT = 1.0
 
 CLAIM_CHECK_SCHEMES = frozenset({"file", "s3", "memory"})
+
+PENDING_TTL = Var("TULIP_PENDING_TTL", DEFAULT_PENDING_TTL, seconds)
+STATUS_TTL = Var("TULIP_STATUS_TTL", DEFAULT_STATUS_TTL, seconds)
+PUBLISH_TIMEOUT = Var("TULIP_PUBLISH_TIMEOUT", DEFAULT_PUBLISH_TIMEOUT, seconds)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,47 +89,30 @@ class ProducerSettings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ProducerSettings:
         """Settings from ``TULIP_*`` variables; a malformed value, or no
         ``TULIP_BROKER_URL``, raises ``ValueError`` naming the variable."""
-        env = os.environ if environ is None else environ
-        broker_url = env.get("TULIP_BROKER_URL", "")
+        env = environ_of(environ)
+        broker_url = wire.BROKER_URL.read(env)
         if not broker_url:
             raise ValueError(
                 "TULIP_BROKER_URL is not set: set it to the broker the workers consume "
                 f"(e.g. {EXAMPLE_BROKER_URL}), or pass the URL to Producer.from_urls()"
             )
-        spool_dir = Path(env.get("TULIP_SPOOL_DIR") or DEFAULT_SPOOL_DIR)
         return cls(
             broker_url=broker_url,
-            redis_url=env.get("TULIP_REDIS_URL", ""),
-            spool_dir=spool_dir,
-            extract_shards=_int(env, "TULIP_EXTRACT_SHARDS", DEFAULT_EXTRACT_SHARDS),
-            checkpoint_shards=_int(env, "TULIP_CHECKPOINT_SHARDS", DEFAULT_CHECKPOINT_SHARDS),
-            pending_ttl=_float(env, "TULIP_PENDING_TTL", DEFAULT_PENDING_TTL),
-            status_ttl=_float(env, "TULIP_STATUS_TTL", DEFAULT_STATUS_TTL),
-            publish_timeout=_float(env, "TULIP_PUBLISH_TIMEOUT", DEFAULT_PUBLISH_TIMEOUT),
+            redis_url=wire.REDIS_URL.read(env),
+            spool_dir=Path(wire.SPOOL_DIR.read(env)),
+            extract_shards=wire.EXTRACT_SHARDS.read(env),
+            checkpoint_shards=wire.CHECKPOINT_SHARDS.read(env),
+            pending_ttl=PENDING_TTL.read(env),
+            status_ttl=STATUS_TTL.read(env),
+            publish_timeout=PUBLISH_TIMEOUT.read(env),
             claim_check_url=claim_check_url_from_env(env),
-            max_event_bytes=_int(env, "TULIP_MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),
-            s3_endpoint_url=env.get("TULIP_S3_ENDPOINT_URL") or None,
-            signing_key=env.get(SIGNING_ENV_VAR) or None,
+            max_event_bytes=wire.MAX_EVENT_BYTES.read(env),
+            s3_endpoint_url=S3_ENDPOINT_URL.read(env),
+            signing_key=wire.EVENT_SIGNING_KEY.read(env),
         )
 
 
 _REDIS_HINT = "set TULIP_REDIS_URL when the broker is not Redis"
-
-
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name) or str(default)
-    try:
-        return int(raw)
-    except ValueError as e:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from e
-
-
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name) or str(default)
-    try:
-        return float(raw)
-    except ValueError as e:
-        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from e
 
 
 def _check_url(name: str, url: str, schemes: frozenset[str], hint: str = "") -> None:

@@ -9,22 +9,18 @@ worker holds one message at a time.
 
 from __future__ import annotations
 
-import os
-
 from kombu import Exchange, Queue
 
-from tulip_wire import topology
+from tulip_wire import env, topology
 from tulip_wire.endpoints import broker_endpoint
-from tulip_wire.env import positive_int
 
-EXTRACT_SHARDS = positive_int("TULIP_EXTRACT_SHARDS", 4)
-CHECKPOINT_SHARDS = positive_int("TULIP_CHECKPOINT_SHARDS", 4)
-#: Longer than any task may run, so Redis never redelivers a message still in work.
-VISIBILITY_TIMEOUT = positive_int("TULIP_VISIBILITY_TIMEOUT", 2 * 60 * 60)
-TASK_TIME_LIMIT = positive_int("TULIP_TASK_TIME_LIMIT", 30 * 60)
+EXTRACT_SHARDS = env.EXTRACT_SHARDS.read()
+CHECKPOINT_SHARDS = env.CHECKPOINT_SHARDS.read()
+VISIBILITY_TIMEOUT = env.VISIBILITY_TIMEOUT.read()
+TASK_TIME_LIMIT = env.TASK_TIME_LIMIT.read()
 
 
-_broker = broker_endpoint(os.environ.get("TULIP_BROKER_URL", "redis://127.0.0.1:6379/0"))
+_broker = broker_endpoint(env.BROKER_URL.read() or "redis://127.0.0.1:6379/0")
 broker_url = _broker.url
 broker_use_ssl = _broker.use_ssl
 _rabbit = broker_url.startswith(("amqp", "pyamqp"))

@@ -14,7 +14,6 @@ Backends: ``file:///dir``, ``s3://bucket/prefix`` (any S3 API) and ``memory://na
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import threading
 from collections.abc import Mapping
@@ -23,8 +22,10 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from tulip_memory.env import CHECKPOINT_URL, S3_ENDPOINT_URL
 from tulip_memory.errors import TulipMemoryError
 from tulip_memory.private import private_dir, write_private
+from tulip_wire.env import CLAIM_CHECK_URL, SPOOL_DIR
 from tulip_wire.events import EventError, PayloadRef
 from tulip_wire.redact import redact_text, redact_url
 
@@ -32,20 +33,17 @@ _EVENT_ID = re.compile(r"[0-9a-f]{32}")
 _KEY = re.compile(r"(?P<fan>[0-9a-f]{2})/(?P<id>[0-9a-f]{32})\.json")
 
 
-DEFAULT_SPOOL_DIR = "./.tulip-spool"
-
-
 def claim_check_url_from_env(env: Mapping[str, str]) -> str:
     """Where claim checks live, by the one rule producers and workers share:
     ``TULIP_CLAIM_CHECK_URL``, else ``<TULIP_CHECKPOINT_URL>/claims``, else
     ``file://<TULIP_SPOOL_DIR>/claims`` (absolute)."""
-    explicit = env.get("TULIP_CLAIM_CHECK_URL")
+    explicit = CLAIM_CHECK_URL.read(env)
     if explicit:
         return explicit
-    checkpoints = _as_url(env.get("TULIP_CHECKPOINT_URL", "").rstrip("/"))
+    checkpoints = _as_url(CHECKPOINT_URL.read(env).rstrip("/"))
     if checkpoints:
         return f"{checkpoints}/claims"
-    spool_dir = Path(env.get("TULIP_SPOOL_DIR") or DEFAULT_SPOOL_DIR).absolute()
+    spool_dir = Path(SPOOL_DIR.read(env)).absolute()
     return f"file://{spool_dir / 'claims'}"
 
 
@@ -98,7 +96,7 @@ class ClaimCheckStore:
         if parts.scheme == "file":
             return _file_store(url)
         if parts.scheme == "s3":
-            endpoint = endpoint_url or os.environ.get("TULIP_S3_ENDPOINT_URL") or None
+            endpoint = endpoint_url or S3_ENDPOINT_URL.read()
             return _s3_store(url, endpoint, timeout)
         if parts.scheme == "memory":
             return _memory_store(url)

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
 from pythonjsonlogger.json import JsonFormatter
 
-ENV = "TULIP_LOG_FORMAT"
-FORMATS = ("text", "json")
+from tulip_wire.env import LOG_FORMAT
+
 OUR_LOGGERS = (
     "tulip",
     "tulip_memory",
@@ -39,11 +38,7 @@ OUR_LOGGERS = (
 
 def log_format(environ: Mapping[str, str] | None = None) -> str:
     """``TULIP_LOG_FORMAT``: ``text`` (default) or ``json``; anything else is refused."""
-    env = os.environ if environ is None else environ
-    value = env.get(ENV, "").strip().lower() or "text"
-    if value not in FORMATS:
-        raise ValueError(f"{ENV} must be one of {', '.join(FORMATS)}, got {value!r}")
-    return value
+    return LOG_FORMAT.read(environ)
 
 
 class JsonLines(JsonFormatter):

@@ -22,9 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tulip_wire.env import EVENT_SIGNING_KEY
 from tulip_wire.events import Envelope, EventError
 
-ENV_VAR = "TULIP_EVENT_SIGNING_KEY"
+ENV_VAR = EVENT_SIGNING_KEY.name
 MIN_KEY_CHARS = 32
 _DOMAIN = b"tulip-event-v1\n"
 _SIGNED = ("v", "id", "type", "key", "seq", "ts", "payload", "payload_ref")
@@ -86,9 +87,9 @@ def signer_of(keys: str | None) -> Signer | None:
     return Signer(parts) if parts else None
 
 
-def signer_from_env(environ: Mapping[str, str]) -> Signer | None:
-    """The signer of ``TULIP_EVENT_SIGNING_KEY`` in ``environ``."""
-    return signer_of(environ.get(ENV_VAR))
+def signer_from_env(environ: Mapping[str, str] | None = None) -> Signer | None:
+    """The signer of ``TULIP_EVENT_SIGNING_KEY`` in ``environ`` (else the process's)."""
+    return signer_of(EVENT_SIGNING_KEY.read(environ))
 
 
 def _mac(key: bytes, wire: Mapping[str, Any]) -> str:

@@ -71,10 +71,10 @@ def test_an_explicit_claim_check_url_wins(tmp_path: Path) -> None:
     ("env", "message"),
     [
         ({"TULIP_EXTRACT_SHARDS": "four"}, "TULIP_EXTRACT_SHARDS must be an integer"),
-        ({"TULIP_EXTRACT_SHARDS": "0"}, "extract_shards must be an integer >= 1"),
+        ({"TULIP_EXTRACT_SHARDS": "0"}, "TULIP_EXTRACT_SHARDS must be an integer >= 1"),
         ({"TULIP_PUBLISH_TIMEOUT": "soon"}, "TULIP_PUBLISH_TIMEOUT must be a number"),
-        ({"TULIP_PUBLISH_TIMEOUT": "-1"}, "publish_timeout must be a finite number"),
-        ({"TULIP_PUBLISH_TIMEOUT": "nan"}, "publish_timeout must be a finite number"),
+        ({"TULIP_PUBLISH_TIMEOUT": "-1"}, "TULIP_PUBLISH_TIMEOUT must be a finite number"),
+        ({"TULIP_PUBLISH_TIMEOUT": "nan"}, "TULIP_PUBLISH_TIMEOUT must be a finite number"),
         ({"TULIP_MAX_EVENT_BYTES": "256KiB"}, "TULIP_MAX_EVENT_BYTES must be an integer"),
         ({"TULIP_BROKER_URL": "http://broker"}, "broker_url: unsupported URL scheme 'http'"),
         ({"TULIP_BROKER_URL": "amqp://rabbit//"}, "set TULIP_REDIS_URL when the broker"),
