@@ -9,5 +9,7 @@ from tulip_workers.redelivery import install as install_redelivery
 
 app = Celery("tulip_memory", include=["tulip_workers.tasks"])
 app.config_from_object("tulip_wire.celeryconfig")
+# Messages Celery refuses before any task runs become dead letters (tulip_workers.refusals).
+app.conf.worker_consumer = "tulip_workers.refusals:Consumer"
 install_redelivery(app)
 install_json_logs()  # TULIP_LOG_FORMAT=json: our loggers as JSON lines

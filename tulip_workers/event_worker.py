@@ -386,6 +386,50 @@ class EventWorker(ABC):
         self._log(result, queue, started)
         return result
 
+    async def refused(
+        self, raw: bytes, message_id: object, reason: str, queue: str | None = None
+    ) -> Outcome:
+        """A message Celery refused before any task body ran (a task name no worker
+        has, a content type the workers do not accept, a body that does not decode
+        into a task's arguments): a minimal dead letter, with no content, under the
+        unknown tenant. Its id is the message's task id when that is readable, else
+        a digest of the body. A database that is away is waited for, in place."""
+        started = time.perf_counter()
+        waits = 0
+        while True:
+            try:
+                await self._ensure()
+                break
+            except Exception as e:
+                if not is_unreachable(e):
+                    raise
+                waits += 1
+                log.error("%s; retry in place", redact(describe(e)))
+                await asyncio.sleep(self.retry.delay(min(waits, 8)))
+        named = isinstance(message_id, str) and 0 < len(message_id) <= 200
+        if isinstance(message_id, str) and named and safe_text(message_id) == message_id:
+            event_id = message_id
+        else:
+            event_id = forged_event_id(raw)
+        letter = DeadLetter.of(
+            event_id=event_id,
+            tenant=UNKNOWN_TENANT,
+            type=None,
+            key=None,
+            seq=None,
+            reason=safe_text(reason, MAX_REASON_CHARS),
+            body=raw,
+            attempts=0,
+            failed_at=datetime.now(UTC),
+        )
+        letter = minimal(letter)
+        log.error("message %s is a dead letter: %s", letter.event_id, redact(letter.reason))
+        await self._file(letter)
+        await self._count(MALFORMED)
+        result = Outcome(DEAD, letter.event_id, None, 0, letter.reason)
+        self._log(result, queue, started)
+        return result
+
     async def _count(self, kind: str) -> None:
         if self.tally is not None:
             await asyncio.to_thread(self.tally.add, kind)
