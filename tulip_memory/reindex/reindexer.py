@@ -26,6 +26,7 @@ from tulip_memory.reindex import sql
 from tulip_memory.reindex.model import Progress, ReindexConflict, ReindexError, ReindexJob
 from tulip_memory.reindex.ranges import KINDS, Range, cut
 from tulip_memory.store.postgres import PgMemory
+from tulip_memory.store.postgres.render import render
 from tulip_memory.store.postgres.slots import ALL_TENANTS, slot_index, slot_name
 from tulip_memory.store.postgres.store import PGVECTOR_ANN_MAX_DIM
 from tulip_memory.store.ranking import vector_or_none
@@ -75,10 +76,7 @@ class Reindexer:
 
     def q(self, stmt: str, **names: str) -> str:
         """``stmt`` of :mod:`~tulip_memory.reindex.sql` for this table."""
-        out = stmt.replace("{t}", self.store.table).replace("{p}", self.store.table_name)
-        for key, value in names.items():
-            out = out.replace("{" + key + "}", value)
-        return out
+        return render(stmt, t=self.store.table, p=self.store.table_name, **names)
 
     async def _fetch(self, stmt: str, *args: Any) -> list[Any]:
         async with self.store.connection() as conn:

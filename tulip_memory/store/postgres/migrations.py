@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tulip_memory.store.postgres.audit import Expected, expected_objects
+from tulip_memory.store.postgres.render import render as render_sql
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 ns text NOT NULL,
                 key text NOT NULL,
                 value jsonb NOT NULL,
-                metadata jsonb NOT NULL DEFAULT '{{}}'::jsonb,
+                metadata jsonb NOT NULL DEFAULT '{}'::jsonb,
                 content text NOT NULL DEFAULT '',
                 embedding vector({dim}),
                 created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -210,7 +211,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 position integer NOT NULL,
                 text text NOT NULL,
                 turn jsonb NOT NULL,
-                metadata jsonb NOT NULL DEFAULT '{{}}'::jsonb,
+                metadata jsonb NOT NULL DEFAULT '{}'::jsonb,
                 embedding vector({dim}),
                 source_seq bigint,
                 created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -267,7 +268,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 planned_rows bigint NOT NULL DEFAULT 0,
                 status text NOT NULL,
                 error text,
-                previous jsonb NOT NULL DEFAULT '{{}}'::jsonb,
+                previous jsonb NOT NULL DEFAULT '{}'::jsonb,
                 created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
                 updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
                 switched_at timestamptz,
@@ -371,7 +372,7 @@ def render(
     if "'" in tsconfig:
         raise ValueError(f"not a text search configuration name: {tsconfig!r}")
     literal = f"'{tsconfig}'::regconfig"
-    return [s.format(t=table, p=name, dim=dim, tsconfig=literal) for s in migration.statements]
+    return [render_sql(s, t=table, p=name, dim=dim, tsconfig=literal) for s in migration.statements]
 
 
 def expected(table: str, name: str) -> dict[str, Expected]:

@@ -6,7 +6,9 @@ from typing import Any
 
 from tulip_memory.errors import SchemaError
 from tulip_memory.store.postgres import sql
-from tulip_memory.store.postgres.migrations import MIGRATIONS, render
+from tulip_memory.store.postgres.migrations import MIGRATIONS
+from tulip_memory.store.postgres.migrations import render as render_migration
+from tulip_memory.store.postgres.render import render
 
 #: ``(version, name, statements)`` of one migration, rendered for one table.
 Step = tuple[int, str, list[str]]
@@ -34,13 +36,15 @@ async def migrate_schema(
         (
             m.version,
             m.name,
-            render(m, table=table, name=name, dim=dim, ann=ann, tsconfig=text_search_config),
+            render_migration(
+                m, table=table, name=name, dim=dim, ann=ann, tsconfig=text_search_config
+            ),
         )
         for m in MIGRATIONS
     ]
     applied = await apply_migrations(conn, table, steps)
     spec_text, api_base = spec if spec is not None else (None, None)
-    await conn.execute(sql.SEED_SLOT.format(t=table), model, dim, spec_text, api_base)
+    await conn.execute(render(sql.SEED_SLOT, t=table), model, dim, spec_text, api_base)
     return applied
 
 
@@ -61,7 +65,7 @@ async def verify_migrations(conn: Any, table: str, versions: list[int]) -> None:
     done: set[int] = set()
     try:
         if await conn.fetchval(sql.RELATION_EXISTS, f"{table}_migrations"):
-            done = {r["version"] for r in await conn.fetch(sql.APPLIED_VERSIONS.format(t=table))}
+            done = {r["version"] for r in await conn.fetch(render(sql.APPLIED_VERSIONS, t=table))}
     except asyncpg.InsufficientPrivilegeError:
         pass  # provisioned before the grants migration: the same answer
     missing = sorted(set(versions) - done)
@@ -81,14 +85,14 @@ async def apply_migrations(conn: Any, table: str, steps: list[Step]) -> list[int
     applied_now: list[int] = []
     async with conn.transaction():
         await conn.execute(sql.MIGRATION_LOCK, table)
-        await conn.execute(sql.CREATE_VERSION_TABLE.format(t=table))
-        done = {r["version"] for r in await conn.fetch(sql.APPLIED_VERSIONS.format(t=table))}
+        await conn.execute(render(sql.CREATE_VERSION_TABLE, t=table))
+        done = {r["version"] for r in await conn.fetch(render(sql.APPLIED_VERSIONS, t=table))}
         for version, label, statements in steps:
             if version in done:
                 continue
             for stmt in statements:
                 await conn.execute(stmt)
-            await conn.execute(sql.RECORD_VERSION.format(t=table), version, label)
+            await conn.execute(render(sql.RECORD_VERSION, t=table), version, label)
             applied_now.append(version)
     return applied_now
 
@@ -135,7 +139,7 @@ async def _check_width(conn: Any, table: str, dim: int) -> None:
     """The original column must fit this store's encoder while recall reads it and
     only a store's own encoder can fill it; a slot with a recorded model string (or
     one a reindex moved recall to) is filled and queried with its own model."""
-    if await conn.fetchval(sql.READS_ORIGINAL.format(t=table)) is not True:
+    if await conn.fetchval(render(sql.READS_ORIGINAL, t=table)) is not True:
         return
     width = await conn.fetchval(sql.VECTOR_WIDTH, table)
     if width is not None and width != dim:

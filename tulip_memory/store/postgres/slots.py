@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tulip_memory.store.postgres.render import render
+
 #: The original slot: the column every table is created with.
 ORIGINAL_SLOT = "embedding"
 #: The ``scope`` of the layout row that holds for every tenant without its own.
@@ -82,7 +84,7 @@ def slot_index(table: str, slot: str) -> str:
 
 def read_sql(template: str, slot: str) -> str:
     """A read statement over the ``{v}`` slot column."""
-    return template.replace("{v}", slot)
+    return render(template, v=slot)
 
 
 #: A fenced write never replaces a fact observed later than its own (history imported

@@ -41,6 +41,7 @@ from tulip_memory.store.postgres.layouts import (
     Layouts,
     resolve_embedder,
 )
+from tulip_memory.store.postgres.render import render
 from tulip_memory.store.postgres.schema import migrate_schema, verify_schema
 from tulip_memory.store.postgres.slots import Layout
 from tulip_memory.store.postgres.writer import (
@@ -211,7 +212,7 @@ class PgMemory(BatchFirstStore):
         self._migrator = migrator
         self._allow_rls_bypass = allow_rls_bypass
         self._sql: dict[str, str] = {
-            name: getattr(sql, name).format(t=self._qualified, p=self._table, v="{v}")
+            name: render(getattr(sql, name), t=self._qualified, p=self._table)
             for name in dir(sql)
             if name.isupper() and not name.startswith("_")
         }
