@@ -69,11 +69,12 @@ class ClaimCheckUnavailable(TulipMemoryError):
 
 
 class _Objects(Protocol):
-    """The only two things a backend does: write bytes at a key, read them back."""
+    """The only two things a backend does: write bytes at a key, read them back
+    (at most ``limit`` bytes of them: never more is fetched)."""
 
     def write(self, key: str, data: bytes) -> None: ...
 
-    def read(self, key: str) -> bytes | None: ...
+    def read(self, key: str, limit: int) -> bytes | None: ...
 
 
 @dataclass(frozen=True)
@@ -113,19 +114,36 @@ class ClaimCheckStore:
         digest = hashlib.sha256(data).hexdigest()
         return PayloadRef(url=f"{self.root}/{key}", sha256=digest, size=len(data))
 
-    def get(self, ref: PayloadRef, event_id: str) -> bytes:
+    def get(self, ref: PayloadRef, event_id: str, *, max_bytes: int | None = None) -> bytes:
         """The payload ``event_id`` stored, exactly as stored; :class:`EventError`
         otherwise, also when ``ref`` names another event's object (a forged event
-        reusing a genuine one's claim check)."""
+        reusing a genuine one's claim check).
+
+        Bounded by bytes read: a reference stating more than ``max_bytes`` is refused
+        before anything is fetched, and at most one byte more than the stated size is
+        read, so an object larger than it says (or than the limit) is refused after
+        ``min(size, max_bytes) + 1`` bytes, never read whole."""
         key, owner = self._key(ref)
         if owner != event_id:
             raise EventError(
                 f"payload_ref {ref.url!r} is the claim check of event {owner}, not of this one",
                 event_id,
             )
-        data = self.objects.read(key)
+        if max_bytes is not None and ref.size > max_bytes:
+            raise EventError(
+                f"claim-checked payload is {ref.size} bytes, over the {max_bytes} of "
+                "TULIP_MAX_CLAIM_BYTES",
+                event_id,
+            )
+        data = self.objects.read(key, ref.size + 1)
         if data is None:
             raise EventError(f"claim-check payload missing: {ref.url}", event_id)
+        if len(data) > ref.size:
+            raise EventError(
+                f"claim-check payload {ref.url} is more than the {ref.size} bytes its "
+                "reference says (replaced); not read further",
+                event_id,
+            )
         if len(data) != ref.size:
             raise EventError(
                 f"claim-check payload {ref.url} is {len(data)} bytes, the reference says "
@@ -163,9 +181,10 @@ class _FileObjects:
         except OSError as e:
             raise ClaimCheckUnavailable(str(self.directory), repr(e)) from e
 
-    def read(self, key: str) -> bytes | None:
+    def read(self, key: str, limit: int) -> bytes | None:
         try:
-            return (self.directory / key).read_bytes()
+            with (self.directory / key).open("rb") as f:
+                return f.read(limit)
         except FileNotFoundError:
             return None
         except OSError as e:
@@ -188,15 +207,26 @@ class _S3Objects:
         except (BotoCoreError, ClientError) as e:
             raise ClaimCheckUnavailable(f"s3://{self.bucket}", repr(e)) from e
 
-    def read(self, key: str) -> bytes | None:
+    def read(self, key: str, limit: int) -> bytes | None:
+        """The first ``limit`` bytes, by a ranged GET: the server sends no more, and
+        no more is read if it ignores the range."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            body = self.client.get_object(Bucket=self.bucket, Key=self._full(key))["Body"]
-            return bytes(body.read())
+            response = self.client.get_object(
+                Bucket=self.bucket, Key=self._full(key), Range=f"bytes=0-{limit - 1}"
+            )
+            body = response["Body"]
+            try:
+                return bytes(body.read(limit))
+            finally:
+                body.close()
         except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+            code = e.response.get("Error", {}).get("Code")
+            if code in {"NoSuchKey", "404"}:
                 return None
+            if code == "InvalidRange":  # the range starts past the end: an empty object
+                return b""
             raise ClaimCheckUnavailable(f"s3://{self.bucket}", repr(e)) from e
         except BotoCoreError as e:
             raise ClaimCheckUnavailable(f"s3://{self.bucket}", repr(e)) from e
@@ -220,9 +250,10 @@ class _MemoryObjects:
         with _MEMORY_LOCK:
             self._objects[key] = data
 
-    def read(self, key: str) -> bytes | None:
+    def read(self, key: str, limit: int) -> bytes | None:
         with _MEMORY_LOCK:
-            return self._objects.get(key)
+            data = self._objects.get(key)
+        return None if data is None else data[:limit]
 
 
 def _file_store(url: str) -> ClaimCheckStore:

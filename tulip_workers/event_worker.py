@@ -62,7 +62,9 @@ def tenant_of_event(env: Envelope | None) -> str:
 class ClaimStore(Protocol):
     """Where claim-checked payloads are fetched from."""
 
-    def get(self, ref: PayloadRef, event_id: str) -> bytes: ...
+    def get(self, ref: PayloadRef, event_id: str, *, max_bytes: int) -> bytes:
+        """The payload, reading no more than ``max_bytes`` + 1 bytes of it."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -273,13 +275,9 @@ class EventWorker(ABC):
             raise EventError(
                 "payload is claim-checked but no claim-check store is configured", env.id
             )
-        if env.payload_ref.size > self.max_claim_bytes:
-            raise EventError(
-                f"claim-checked payload is {env.payload_ref.size} bytes, over the "
-                f"{self.max_claim_bytes} of TULIP_MAX_CLAIM_BYTES",
-                env.id,
-            )
-        raw = await asyncio.to_thread(self.claims.get, env.payload_ref, env.id)
+        raw = await asyncio.to_thread(
+            self.claims.get, env.payload_ref, env.id, max_bytes=self.max_claim_bytes
+        )
         return decode_payload(env, raw)
 
     async def _dead(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -159,3 +162,80 @@ def test_memory_stores_on_one_url_share_their_objects() -> None:
 def test_unusable_urls_fail_early(url: str) -> None:
     with pytest.raises(ValueError, match="URL"):
         ClaimCheckStore.from_url(url)
+
+
+def test_an_object_larger_than_its_reference_is_refused(store: ClaimCheckStore) -> None:
+    eid = event_id()
+    ref = store.put(eid, b"x" * 100)
+    store.objects.write(f"{eid[:2]}/{eid}.json", b"x" * 1_000_000)  # replaced, bigger
+    with pytest.raises(EventError, match="more than the 100 bytes its reference says"):
+        store.get(ref, owner(ref))
+
+
+def test_a_reference_over_the_limit_is_refused_before_any_fetch(s3_endpoint: str) -> None:
+    """Nothing is fetched at all: the client sees no GetObject."""
+    bucket = f"claims-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
+    store = ClaimCheckStore.from_url(f"s3://{bucket}/limit", endpoint_url=s3_endpoint)
+    fetched = content_lengths(store)
+    ref = store.put(event_id(), b"y" * 5000)
+    with pytest.raises(EventError, match="5000 bytes, over the 4096 of TULIP_MAX_CLAIM_BYTES"):
+        store.get(ref, owner(ref), max_bytes=4096)
+    assert fetched == []
+    assert store.get(ref, owner(ref), max_bytes=5000) == b"y" * 5000
+    assert fetched == [5000]
+
+
+def content_lengths(store: ClaimCheckStore) -> list[int]:
+    """The byte counts the S3 server sends for each GetObject of ``store``'s client."""
+    sent: list[int] = []
+
+    def record(http_response: Any, **_: Any) -> None:
+        sent.append(int(http_response.headers["Content-Length"]))
+
+    client = store.objects.client  # type: ignore[attr-defined]
+    client.meta.events.register("after-call.s3.GetObject", record)
+    return sent
+
+
+def test_an_s3_claim_is_fetched_no_further_than_its_size_plus_one(
+    s3_endpoint: str, bucket: str
+) -> None:
+    store = ClaimCheckStore.from_url(f"s3://{bucket}/bounded", endpoint_url=s3_endpoint)
+    fetched = content_lengths(store)
+    eid = event_id()
+    ref = store.put(eid, b"z" * 100)
+    big = os.urandom(4 * 1024 * 1024)  # the object replaced by 4 MiB
+    boto3.client("s3", endpoint_url=s3_endpoint).put_object(
+        Bucket=bucket, Key=f"bounded/{eid[:2]}/{eid}.json", Body=big
+    )
+    with pytest.raises(EventError, match="more than the 100 bytes"):
+        store.get(ref, owner(ref), max_bytes=32 * 1024 * 1024)
+    assert fetched == [101]
+
+
+def test_a_file_claim_is_read_no_further_than_its_size_plus_one(tmp_path: Path) -> None:
+    """The object is a FIFO fed 16 MiB by a writer: a reader that read it whole would
+    take all of them; a bounded one stops, and the writer gets a broken pipe after
+    no more than the pipe's and the reader's buffers hold."""
+    store = ClaimCheckStore.from_url(f"file://{tmp_path}")
+    eid = event_id()
+    ref = store.put(eid, b"w" * 100)
+    path = tmp_path / eid[:2] / f"{eid}.json"
+    path.unlink()
+    os.mkfifo(path)
+    written = [0]
+
+    def feed() -> None:
+        chunk = b"w" * 4096
+        with contextlib.suppress(BrokenPipeError), path.open("wb", buffering=0) as pipe:
+            while written[0] < 16 * 1024 * 1024:
+                written[0] += pipe.write(chunk) or 0
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    with pytest.raises(EventError, match="more than the 100 bytes"):
+        store.get(ref, owner(ref), max_bytes=32 * 1024 * 1024)
+    writer.join(30)
+    assert not writer.is_alive()
+    assert written[0] < 1024 * 1024  # pipe buffer (64 KiB) + read buffer (8 KiB) + a chunk

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import asyncpg
+import boto3
 import numpy as np
 import pytest
 
@@ -22,6 +23,7 @@ from tulip_memory.manager import Memory
 from tulip_memory.messages import Message, Role
 from tulip_memory.store import PgMemory
 from tulip_producer.reader import AsyncReader
+from tulip_wire.claimcheck import ClaimCheckStore
 from tulip_wire.events import Envelope, encode, session_ended
 from tulip_wire.redact import redact_url
 from tulip_workers.deadletters import UNKNOWN_TENANT
@@ -370,3 +372,48 @@ async def test_an_unreachable_database_is_named_with_its_setting(tmp_path: Path)
     text = str(raised.value)
     assert "(TULIP_DATABASE_URL)" in text and str(tmp_path / "no-such-dir") in text
     assert "s3cret" not in text and is_unreachable(raised.value)
+
+
+@pytest.mark.parametrize("backend", ["file", "s3"])
+async def test_a_claim_over_the_limit_or_its_stated_size_is_a_dead_letter(
+    store: PgMemory,
+    reader: AsyncReader,
+    postgres: Postgres,
+    tenant: str,
+    tmp_path: Path,
+    backend: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    if backend == "s3":
+        endpoint = request.getfixturevalue("s3_endpoint")
+        bucket = f"claims-{uuid.uuid4().hex[:12]}"
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+        claims = ClaimCheckStore.from_url(f"s3://{bucket}/claims", endpoint_url=endpoint)
+    else:
+        claims = ClaimCheckStore.from_url(f"file://{tmp_path}/claims")
+    worker = ExtractionWorker(
+        store=store, extractor=heuristic, retry=FAST, claims=claims, max_claim_bytes=2000
+    )
+    ns = (tenant, "users", "claims")
+
+    def claimed(text: str, seq: int, pad: int = 0) -> Envelope:
+        env = event(ns, text + " " * pad, seq=seq)
+        return env.with_ref(claims.put(env.id, json.dumps(env.payload).encode()))
+
+    fits = claimed("My favourite colour is teal.", 1)
+    over = claimed("My favourite colour is black.", 2, pad=3000)
+    grown = claimed("My favourite colour is white.", 3)
+    assert grown.payload_ref is not None
+    claims.objects.write(f"{grown.id[:2]}/{grown.id}.json", b"[" * 10_000_000)
+    assert await worker.handle(encode(fits), fits.id) == APPLIED
+    assert await worker.handle(encode(over), over.id) == DEAD
+    assert await worker.handle(encode(grown), grown.id) == DEAD
+    assert "over the 2000 of TULIP_MAX_CLAIM_BYTES" in await dead_reason(
+        postgres.admin_dsn, over.id
+    )
+    size = grown.payload_ref.size
+    assert f"more than the {size} bytes its reference says" in await dead_reason(
+        postgres.admin_dsn, grown.id
+    )
+    recalled = await reader.recall(ns, "favourite colour")
+    assert "teal" in recalled[0].content
