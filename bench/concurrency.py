@@ -64,7 +64,8 @@ from tulip_wire.endpoints import kombu_url
 from tulip_wire.events import SESSION_ENDED, namespace_key
 from tulip_wire.routing import ShardRouter
 from tulip_wire.topology import EXTRACT_QUEUE_PREFIX
-from tulip_workers.keyed import BUFFER_PER_SLOT, CONCURRENCY_VARS
+from tulip_workers.keyed import BUFFER_PER_SLOT
+from tulip_workers.settings import CONCURRENCY
 
 MAX_SOLO = 32
 RSS_SAMPLE = 0.2
@@ -144,7 +145,7 @@ def run_layout(
     latency: float,
 ) -> Layout:
     """Warm the workers up, then publish ``events`` at once and time them to the ledger."""
-    env = {**bench.worker_env(), CONCURRENCY_VARS[SESSION_ENDED]: str(concurrency)}
+    env = {**bench.worker_env(), CONCURRENCY[SESSION_ENDED].name: str(concurrency)}
     threads = concurrency * BUFFER_PER_SLOT if pool_kind == "threads" else 1
     with WorkerPool(bench.services.tmp / f"logs-{name}", env) as pool:
         for k in range(shards):

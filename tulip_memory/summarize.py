@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import random
 import re
 from collections import Counter
@@ -203,12 +202,6 @@ class SummarySettings:
             raise SummarySettingsError("token and word budgets must be positive")
         if self.max_chars < 1 or self.sentences_per_turn < 1:
             raise SummarySettingsError("max_chars and sentences_per_turn must be positive")
-
-
-def summary_model_from_env(env: Mapping[str, str] | None = None) -> str | None:
-    """``TULIP_SUMMARY_MODEL``, or ``None`` when unset (summaries are extractive)."""
-    model = (os.environ if env is None else env).get("TULIP_SUMMARY_MODEL", "").strip()
-    return model or None
 
 
 async def extend_summary(

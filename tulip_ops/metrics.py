@@ -33,9 +33,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from tulip_wire import celeryconfig, topology
 from tulip_wire.endpoints import redis_client
-from tulip_wire.env import positive_int, redis_url
+from tulip_wire.env import redis_url
 from tulip_wire.redact import redact_url
-from tulip_workers.semaphore import DEFAULT_LLM_MAX_INFLIGHT
+from tulip_workers.settings import LLM_MAX_INFLIGHT
 from tulip_workers.tally import DeadLetterTally
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ def registry() -> CollectorRegistry:
         app=app,
         redis=None if url is None else redis_client(url, socket_timeout=5),
         queues=declared_queues(),
-        llm_limit=positive_int("TULIP_LLM_MAX_INFLIGHT", DEFAULT_LLM_MAX_INFLIGHT),
+        llm_limit=LLM_MAX_INFLIGHT.read(),
     )
     reg = CollectorRegistry(auto_describe=False)
     reg.register(collector)

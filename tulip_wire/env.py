@@ -25,12 +25,6 @@ TASK_TIME_LIMIT = Var("TULIP_TASK_TIME_LIMIT", 30 * 60, positive)
 LOG_FORMAT = Var("TULIP_LOG_FORMAT", "text", one_of("text", "json"))
 
 
-def positive_int(name: str, default: int) -> int:
-    """A positive integer variable that is not one of the declared ones: the
-    ``TULIP_<ROLE>_*`` variables that a role's name picks."""
-    return Var(name, default, positive).read()
-
-
 def redis_url(env: Env | None = None) -> str | None:
     """``TULIP_REDIS_URL``, else a Redis ``TULIP_BROKER_URL``, else ``None``."""
     e = environ(env)

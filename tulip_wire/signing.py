@@ -87,11 +87,6 @@ def signer_of(keys: str | None) -> Signer | None:
     return Signer(parts) if parts else None
 
 
-def signer_from_env(environ: Mapping[str, str] | None = None) -> Signer | None:
-    """The signer of ``TULIP_EVENT_SIGNING_KEY`` in ``environ`` (else the process's)."""
-    return signer_of(EVENT_SIGNING_KEY.read(environ))
-
-
 def _mac(key: bytes, wire: Mapping[str, Any]) -> str:
     signed = {name: wire.get(name) for name in _SIGNED}
     text = json.dumps(signed, sort_keys=True, separators=(",", ":"), allow_nan=False)

@@ -38,14 +38,6 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED
-
-#: The setting that says how many events of each ordered type one process runs at once.
-CONCURRENCY_VARS = {
-    SESSION_ENDED: "TULIP_EXTRACT_CONCURRENCY",
-    CHECKPOINT_SAVED: "TULIP_CHECKPOINT_CONCURRENCY",
-}
-DEFAULT_CONCURRENCY = 16
 #: Messages an ordered worker reserves per event it may run: the buffer that lets other
 #: keys go past a hot key's backlog.
 BUFFER_PER_SLOT = 4

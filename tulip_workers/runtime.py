@@ -7,7 +7,6 @@ connection pools live on, and every task runs its coroutine there.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -15,22 +14,18 @@ from typing import Any, TypeVar
 from tulip_memory._portal import Portal
 from tulip_memory.config import database_url, store_from_env
 from tulip_memory.delta import DeltaCheckpointer
-from tulip_memory.extract import LLMExtractorConfig
 from tulip_memory.reindex import Reindexer
-from tulip_memory.summaries import SummaryBudget
-from tulip_memory.summarize import summary_model_from_env
 from tulip_wire.endpoints import redis_client
-from tulip_wire.env import positive_int, redis_url
-from tulip_wire.events import DEFAULT_MAX_CLAIM_BYTES, DEFAULT_MAX_EVENT_BYTES
 from tulip_wire.pending import PendingStates, pending_states
 from tulip_wire.redact import redact_url
-from tulip_wire.signing import signer_from_env
+from tulip_wire.signing import Signer, signer_of
 from tulip_wire.topology import SUMMARIZE_QUEUE, SUMMARIZE_TASK
 from tulip_workers.checkpoints import CheckpointWorker
 from tulip_workers.extraction import ExtractionWorker
 from tulip_workers.extractors import Extractor, LLMStep, SlotFactory, heuristic
-from tulip_workers.keyed import CONCURRENCY_VARS, DEFAULT_CONCURRENCY, KeyOrder
+from tulip_workers.keyed import KeyOrder
 from tulip_workers.retry import RetryPolicy
+from tulip_workers.settings import WorkerSettings
 from tulip_workers.summarizer import SummaryScheduler, SummaryWorker
 from tulip_workers.tally import DeadLetterTally
 
@@ -38,7 +33,8 @@ T = TypeVar("T")
 
 
 class WorkerRuntime:
-    def __init__(self) -> None:
+    def __init__(self, settings: WorkerSettings | None = None) -> None:
+        self.settings = WorkerSettings.from_env() if settings is None else settings
         self.portal = Portal("tulip-worker")
         self._extraction: ExtractionWorker | None = None
         self._checkpoints: CheckpointWorker | None = None
@@ -46,8 +42,7 @@ class WorkerRuntime:
         self._reindexer: Reindexer | None = None
         self._lock = threading.Lock()
         self._orders = {
-            event_type: KeyOrder(positive_int(var, DEFAULT_CONCURRENCY), _is_live)
-            for event_type, var in CONCURRENCY_VARS.items()
+            event_type: KeyOrder(n, _is_live) for event_type, n in self.settings.concurrency.items()
         }
 
     def order(self, event_type: str) -> KeyOrder:
@@ -60,44 +55,46 @@ class WorkerRuntime:
     def extraction(self) -> ExtractionWorker:
         with self._lock:
             if self._extraction is None:
+                s = self.settings
                 self._extraction = ExtractionWorker(
                     store=store_from_env(),
-                    extractor=_extractor_from_env(),
-                    claims=_claims_from_env(),
-                    signer=signer_from_env(os.environ),
-                    max_memories=positive_int("TULIP_MAX_MEMORIES", 50),
-                    **_event_limits(),
+                    extractor=_extractor(s),
+                    claims=_claims(s),
+                    signer=_signer(s),
+                    max_memories=s.max_memories,
+                    **_event_limits(s),
                 )
             return self._extraction
 
     def checkpoints(self) -> CheckpointWorker:
         with self._lock:
             if self._checkpoints is None:
+                s = self.settings
                 self._checkpoints = CheckpointWorker(
                     store=store_from_env(),
-                    checkpointer=checkpointer_from_env(),
-                    pending=_pending_from_env(),
-                    claims=_claims_from_env(),
-                    signer=signer_from_env(os.environ),
-                    scheduler=_scheduler_from_env(),
-                    summary_budget=summary_budget_from_env(),
-                    **_event_limits(),
+                    checkpointer=checkpointer_of(s),
+                    pending=_pending(s),
+                    claims=_claims(s),
+                    signer=_signer(s),
+                    scheduler=_scheduler(s),
+                    summary_budget=s.summary_budget,
+                    **_event_limits(s),
                 )
             return self._checkpoints
 
     def summaries(self) -> SummaryWorker:
         with self._lock:
             if self._summaries is None:
-                model = summary_model_from_env()
-                budget = summary_budget_from_env()
+                s = self.settings
+                model, budget = s.summary_model, s.summary_budget
                 self._summaries = SummaryWorker(
-                    checkpointer=checkpointer_from_env(),
+                    checkpointer=checkpointer_of(s),
                     model=model,
-                    scheduler=_scheduler_from_env(),
+                    scheduler=_scheduler(s),
                     head_turns=budget.head_turns,
                     keep_recent=budget.keep_recent,
                     step_tokens=budget.step_tokens,
-                    slot=_llm_slot() if model else None,
+                    slot=_llm_slot(s) if model else None,
                 )
             return self._summaries
 
@@ -106,22 +103,26 @@ class WorkerRuntime:
             if self._reindexer is None:
                 # With an owner's DSN the worker running the last batch switches the
                 # job; without one, the command watching it (or --resume) does.
-                owner = os.environ.get("TULIP_DATABASE_ADMIN_URL") or None
+                owner = self.settings.database_admin_url
                 self._reindexer = Reindexer(store_from_env(), admin_dsn=owner)
             return self._reindexer
 
 
-def _event_limits() -> dict[str, Any]:
+def _event_limits(s: WorkerSettings) -> dict[str, Any]:
     """What every ordered event worker is bounded by (attempts, body and claim sizes),
     and where it counts its dead letters for the metrics (Redis, when there is one)."""
-    url = redis_url()
+    url = s.redis_url
     return {
         "tally": None if url is None else DeadLetterTally(redis_client(url)),
         "database": redact_url(database_url()),
-        "retry": RetryPolicy(attempts=positive_int("TULIP_EXTRACT_ATTEMPTS", 4)),
-        "max_body_bytes": positive_int("TULIP_MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),
-        "max_claim_bytes": positive_int("TULIP_MAX_CLAIM_BYTES", DEFAULT_MAX_CLAIM_BYTES),
+        "retry": RetryPolicy(attempts=s.limits.attempts),
+        "max_body_bytes": s.limits.max_body_bytes,
+        "max_claim_bytes": s.limits.max_claim_bytes,
     }
+
+
+def _signer(s: WorkerSettings) -> Signer | None:
+    return signer_of(s.signing_key)
 
 
 def _is_live(task_id: str) -> bool:
@@ -131,28 +132,15 @@ def _is_live(task_id: str) -> bool:
     return task_id in state.requests
 
 
-def _llm_slot() -> SlotFactory:
-    from tulip_workers.semaphore import semaphore_from_env
+def _llm_slot(s: WorkerSettings) -> SlotFactory:
+    from tulip_workers.semaphore import llm_semaphore
 
-    sem = semaphore_from_env("llm")
+    sem = llm_semaphore(s.redis_url, s.llm)
     return lambda: sem.aslot()
 
 
-def summary_budget_from_env() -> SummaryBudget:
-    """``TULIP_SUMMARIZE_OVER_TOKENS`` (6000), ``TULIP_SUMMARY_STEP_TOKENS`` (a quarter
-    of it), ``TULIP_SUMMARY_HEAD_TURNS`` (2), ``TULIP_SUMMARY_KEEP_RECENT`` (10)."""
-    over = positive_int("TULIP_SUMMARIZE_OVER_TOKENS", 6000)
-    return SummaryBudget(
-        over_tokens=over,
-        step_tokens=positive_int("TULIP_SUMMARY_STEP_TOKENS", max(1, over // 4)),
-        head_turns=positive_int("TULIP_SUMMARY_HEAD_TURNS", 2),
-        keep_recent=positive_int("TULIP_SUMMARY_KEEP_RECENT", 10),
-    )
-
-
-def _scheduler_from_env() -> SummaryScheduler | None:
-
-    url = redis_url()
+def _scheduler(s: WorkerSettings) -> SummaryScheduler | None:
+    url = s.redis_url
     if url is None:
         return None
     return SummaryScheduler(redis_client(url), send_summary_job)
@@ -170,11 +158,11 @@ def send_summary_job(tenant: str, thread_id: str) -> None:
     )
 
 
-def checkpointer_from_env() -> DeltaCheckpointer:
+def checkpointer_of(s: WorkerSettings) -> DeltaCheckpointer:
     """The checkpoint store of ``TULIP_CHECKPOINT_URL`` (s3://, file://, memory://)."""
     from tulip_memory.registry import get_checkpointer
 
-    url = os.environ.get("TULIP_CHECKPOINT_URL", "")
+    url = s.checkpoint_url
     if not url:
         raise ValueError("TULIP_CHECKPOINT_URL is not set: where thread checkpoints are stored")
     checkpointer = get_checkpointer(url)
@@ -185,26 +173,24 @@ def checkpointer_from_env() -> DeltaCheckpointer:
     return checkpointer
 
 
-def _pending_from_env() -> PendingStates | None:
-    url = redis_url()
+def _pending(s: WorkerSettings) -> PendingStates | None:
+    url = s.redis_url
     return None if url is None else pending_states(url)
 
 
-def _claims_from_env() -> Any:
+def _claims(s: WorkerSettings) -> Any:
     """The producer's claim-check store: the same rule resolves the same root."""
-    from tulip_wire.claimcheck import ClaimCheckStore, claim_check_url_from_env
+    from tulip_wire.claimcheck import ClaimCheckStore
 
-    endpoint = os.environ.get("TULIP_S3_ENDPOINT_URL") or None
-    return ClaimCheckStore.from_url(claim_check_url_from_env(os.environ), endpoint_url=endpoint)
+    return ClaimCheckStore.from_url(s.claim_check_url, endpoint_url=s.s3_endpoint_url)
 
 
-def _extractor_from_env() -> Extractor:
+def _extractor(s: WorkerSettings) -> Extractor:
     """The LLM extractor when ``TULIP_EXTRACT_MODEL`` is set, each call holding a slot
     of the cross-worker LLM semaphore; else the offline heuristic."""
-    config = LLMExtractorConfig.from_env()
-    if config is None:
+    if s.extractor is None:
         return heuristic
-    return LLMStep(config, _llm_slot())
+    return LLMStep(s.extractor, _llm_slot(s))
 
 
 _runtime: WorkerRuntime | None = None

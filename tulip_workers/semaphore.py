@@ -24,21 +24,21 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import redis
 
 from tulip_memory.errors import TulipMemoryError
 from tulip_wire.endpoints import redis_client
-from tulip_wire.env import positive_int, redis_url
+from tulip_wire.env import redis_url
 from tulip_wire.topology import SEMAPHORE_PREFIX
+from tulip_workers.settings import LlmLimits
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-DEFAULT_LLM_MAX_INFLIGHT = 8
 #: How long a caller waits for a slot unless it says otherwise: long enough to ride out
 #: a burst of slow LLM calls, short enough that a stuck semaphore surfaces as an error.
 DEFAULT_TIMEOUT = 120.0
-DEFAULT_LEASE_SECONDS = 60
 _FIRST_PAUSE = 0.01
 _MAX_PAUSE = 0.25
 
@@ -198,15 +198,16 @@ def semaphore_from_env(name: str = "llm", lease_seconds: float | None = None) ->
     """The semaphore ``name`` on ``TULIP_REDIS_URL`` (else a Redis ``TULIP_BROKER_URL``),
     limited to ``TULIP_LLM_MAX_INFLIGHT``; leases of ``TULIP_LLM_LEASE_SECONDS`` (60),
     renewed while held: how soon a crashed holder's slot comes free."""
-    if lease_seconds is None:
-        lease_seconds = float(positive_int("TULIP_LLM_LEASE_SECONDS", DEFAULT_LEASE_SECONDS))
-    url = _redis_url_from_env()
-    limit = positive_int("TULIP_LLM_MAX_INFLIGHT", DEFAULT_LLM_MAX_INFLIGHT)
-    return RedisSemaphore(redis_client(url), name, limit, lease_seconds)
+    limits = LlmLimits.from_env()
+    if lease_seconds is not None:
+        limits = replace(limits, lease_seconds=lease_seconds)
+    return llm_semaphore(redis_url(), limits, name)
 
 
-def _redis_url_from_env() -> str:
-    return redis_url() or DEFAULT_REDIS_URL
+def llm_semaphore(url: str | None, limits: LlmLimits, name: str = "llm") -> RedisSemaphore:
+    """The semaphore ``name`` on ``url`` (else a local Redis), as ``limits`` say."""
+    client = redis_client(url or DEFAULT_REDIS_URL)
+    return RedisSemaphore(client, name, limits.max_inflight, limits.lease_seconds)
 
 
 def _pauses(timeout: float) -> Iterator[float]:

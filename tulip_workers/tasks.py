@@ -15,7 +15,6 @@ from typing import Any
 
 from celery.signals import task_received, worker_process_init
 
-from tulip_wire.env import positive_int
 from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED, TASKS
 from tulip_wire.topology import REINDEX_TASK, SUMMARIZE_TASK
 from tulip_workers.app import app
@@ -26,8 +25,6 @@ from tulip_workers.reindexing import REINDEX_RETRIES
 from tulip_workers.runtime import WorkerRuntime, reset_after_fork, runtime
 
 log = logging.getLogger(__name__)
-#: A message whose workers died this many times is dead-lettered, not run again.
-DEFAULT_MAX_WORKER_DEATHS = 3
 
 #: Ordered event types by task name.
 ORDERED = {TASKS[SESSION_ENDED]: SESSION_ENDED, TASKS[CHECKPOINT_SAVED]: CHECKPOINT_SAVED}
@@ -85,7 +82,8 @@ def _ordered(
 
 
 def _max_deaths() -> int:
-    return positive_int("TULIP_MAX_WORKER_DEATHS", DEFAULT_MAX_WORKER_DEATHS)
+    """A message whose workers died this many times is dead-lettered, not run again."""
+    return runtime().settings.limits.max_worker_deaths
 
 
 def _deaths(task_id: str) -> int:

@@ -26,7 +26,6 @@ from tulip_memory.summarize import (
     extractive_summary,
     fingerprint,
     summarize_history,
-    summary_model_from_env,
 )
 
 CHAT = "/v1/chat/completions"
@@ -260,12 +259,6 @@ async def test_nothing_new_to_read_makes_no_call(fake_openai: FakeOpenAI) -> Non
 
 
 # -- settings ------------------------------------------------------------------------
-
-
-def test_the_model_comes_from_the_environment() -> None:
-    assert summary_model_from_env({}) is None
-    assert summary_model_from_env({"TULIP_SUMMARY_MODEL": "  "}) is None
-    assert summary_model_from_env({"TULIP_SUMMARY_MODEL": MODEL}) == MODEL
 
 
 @pytest.mark.parametrize(

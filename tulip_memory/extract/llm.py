@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -82,23 +81,6 @@ class LLMExtractorConfig:
             raise ValueError("model must be a litellm model string, e.g. 'openai/gpt-4o-mini'")
         if self.timeout <= 0 or self.max_retries < 0 or self.max_transcript_tokens < 1:
             raise ValueError("timeout and max_transcript_tokens must be positive, max_retries >= 0")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> LLMExtractorConfig | None:
-        """From ``TULIP_EXTRACT_MODEL`` (and ``TULIP_EXTRACT_API_BASE``,
-        ``TULIP_EXTRACT_API_KEY``, ``TULIP_EXTRACT_TIMEOUT``); ``None`` when the model
-        is unset (use the offline heuristic)."""
-        e = os.environ if env is None else env
-        model = e.get("TULIP_EXTRACT_MODEL", "").strip()
-        if not model:
-            return None
-        timeout = e.get("TULIP_EXTRACT_TIMEOUT", "").strip()
-        return cls(
-            model=model,
-            api_base=e.get("TULIP_EXTRACT_API_BASE") or None,
-            api_key=e.get("TULIP_EXTRACT_API_KEY") or None,
-            timeout=float(timeout) if timeout else 30.0,
-        )
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from tulip_wire.env import positive_int
 from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED
 from tulip_wire.topology import (
     CHECKPOINT_QUEUE_PREFIX,
@@ -31,7 +30,8 @@ from tulip_wire.topology import (
     REINDEX_QUEUE,
     SUMMARIZE_QUEUE,
 )
-from tulip_workers.keyed import BUFFER_PER_SLOT, CONCURRENCY_VARS, DEFAULT_CONCURRENCY
+from tulip_workers.keyed import BUFFER_PER_SLOT
+from tulip_workers.settings import CONCURRENCY
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,8 @@ def role_specs(
 ) -> list[WorkerSpec]:
     """The workers of ``role``: one per shard for ordered roles, one pool otherwise.
 
-    An ordered worker runs ``concurrency`` events at once (default: its setting, else
-    :data:`DEFAULT_CONCURRENCY`) in a ``threads`` pool that reserves
+    An ordered worker runs ``concurrency`` events at once (default: its setting,
+    :data:`tulip_workers.settings.CONCURRENCY`) in a ``threads`` pool that reserves
     :data:`BUFFER_PER_SLOT` times as many, each key's events in order."""
     if role in POOLED:
         return [WorkerSpec(role, (POOLED[role],), pool="prefork", concurrency=POOL_CONCURRENCY)]
@@ -83,9 +83,9 @@ def role_specs(
         )
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    var = CONCURRENCY_VARS[ROLE_EVENTS[role]]
-    c = concurrency or positive_int(var, DEFAULT_CONCURRENCY)
-    env = ((var, str(c)),)
+    var = CONCURRENCY[ROLE_EVENTS[role]]
+    c = concurrency or var.read()
+    env = ((var.name, str(c)),)
     return [
         WorkerSpec(f"{role}-{k}", (f"{ROLES[role]}.{k}",), "threads", c * BUFFER_PER_SLOT, env)
         for k in chosen

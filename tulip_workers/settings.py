@@ -1,0 +1,167 @@
+"""Worker settings: typed, frozen, read from the environment once per process.
+
+:class:`WorkerSettings` holds what every worker role reads (the extraction, checkpoint,
+summary and reindex workers and the LLM semaphore): the shared variables of
+:mod:`tulip_wire.env` and the library's, and the workers' own declared here. Building
+it checks every value, so a malformed one fails when the process starts its first
+task, naming the variable. What only some roles need (the database DSN, the
+checkpoint store) is refused where it is missing when that role builds its store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tulip_memory import env as lib
+from tulip_memory.env import Env, Var, environ, positive, seconds, stripped, text_var
+from tulip_memory.extract import LLMExtractorConfig
+from tulip_memory.summaries import SummaryBudget
+from tulip_wire import env as wire
+from tulip_wire.claimcheck import claim_check_url_from_env
+from tulip_wire.events import CHECKPOINT_SAVED, DEFAULT_MAX_CLAIM_BYTES, SESSION_ENDED
+from tulip_wire.signing import signer_of
+
+DEFAULT_CONCURRENCY = 16
+DEFAULT_LLM_MAX_INFLIGHT = 8
+DEFAULT_LEASE_SECONDS = 60
+DEFAULT_MAX_WORKER_DEATHS = 3
+
+#: Events of each ordered type one process runs at once (across keys, each key in order).
+CONCURRENCY = {
+    SESSION_ENDED: Var("TULIP_EXTRACT_CONCURRENCY", DEFAULT_CONCURRENCY, positive),
+    CHECKPOINT_SAVED: Var("TULIP_CHECKPOINT_CONCURRENCY", DEFAULT_CONCURRENCY, positive),
+}
+MAX_MEMORIES = Var("TULIP_MAX_MEMORIES", 50, positive)
+EXTRACT_ATTEMPTS = Var("TULIP_EXTRACT_ATTEMPTS", 4, positive)
+MAX_CLAIM_BYTES = Var("TULIP_MAX_CLAIM_BYTES", DEFAULT_MAX_CLAIM_BYTES, positive)
+MAX_WORKER_DEATHS = Var("TULIP_MAX_WORKER_DEATHS", DEFAULT_MAX_WORKER_DEATHS, positive)
+LLM_MAX_INFLIGHT = Var("TULIP_LLM_MAX_INFLIGHT", DEFAULT_LLM_MAX_INFLIGHT, positive)
+LLM_LEASE_SECONDS = Var("TULIP_LLM_LEASE_SECONDS", DEFAULT_LEASE_SECONDS, positive)
+EXTRACT_MODEL = Var("TULIP_EXTRACT_MODEL", "", stripped)
+EXTRACT_API_BASE = text_var("TULIP_EXTRACT_API_BASE")
+EXTRACT_API_KEY = text_var("TULIP_EXTRACT_API_KEY", secret=True)
+EXTRACT_TIMEOUT = Var("TULIP_EXTRACT_TIMEOUT", 30.0, seconds)
+SUMMARY_MODEL = Var("TULIP_SUMMARY_MODEL", "", stripped)
+SUMMARIZE_OVER_TOKENS = Var("TULIP_SUMMARIZE_OVER_TOKENS", 6000, positive)
+#: Default: a quarter of ``TULIP_SUMMARIZE_OVER_TOKENS``.
+SUMMARY_STEP_TOKENS = Var[int | None]("TULIP_SUMMARY_STEP_TOKENS", None, positive)
+SUMMARY_HEAD_TURNS = Var("TULIP_SUMMARY_HEAD_TURNS", 2, positive)
+SUMMARY_KEEP_RECENT = Var("TULIP_SUMMARY_KEEP_RECENT", 10, positive)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventLimits:
+    """What every ordered event worker is bounded by."""
+
+    attempts: int = EXTRACT_ATTEMPTS.default
+    max_body_bytes: int = wire.MAX_EVENT_BYTES.default
+    max_claim_bytes: int = MAX_CLAIM_BYTES.default
+    max_worker_deaths: int = DEFAULT_MAX_WORKER_DEATHS
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> EventLimits:
+        e = environ(env)
+        return cls(
+            attempts=EXTRACT_ATTEMPTS.read(e),
+            max_body_bytes=wire.MAX_EVENT_BYTES.read(e),
+            max_claim_bytes=MAX_CLAIM_BYTES.read(e),
+            max_worker_deaths=MAX_WORKER_DEATHS.read(e),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlmLimits:
+    """The cross-worker LLM semaphore: slots in flight, and each lease's length."""
+
+    max_inflight: int = DEFAULT_LLM_MAX_INFLIGHT
+    lease_seconds: float = float(DEFAULT_LEASE_SECONDS)
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> LlmLimits:
+        e = environ(env)
+        return cls(
+            max_inflight=LLM_MAX_INFLIGHT.read(e), lease_seconds=float(LLM_LEASE_SECONDS.read(e))
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerSettings:
+    """Everything a worker process reads from the environment.
+
+    ``redis_url`` is ``TULIP_REDIS_URL``, else a Redis ``TULIP_BROKER_URL``, else
+    ``None`` (no dead-letter tally, pending overlay or summary scheduling);
+    ``claim_check_url`` resolves by the rule producers share; ``extractor`` is ``None``
+    without ``TULIP_EXTRACT_MODEL`` (the offline heuristic); ``summary_model`` is
+    ``None`` without ``TULIP_SUMMARY_MODEL`` (extractive summaries).
+    """
+
+    redis_url: str | None = None
+    database_admin_url: str | None = field(default=None, repr=False)
+    checkpoint_url: str = ""
+    claim_check_url: str = ""
+    s3_endpoint_url: str | None = None
+    signing_key: str | None = field(default=None, repr=False)
+    concurrency: Mapping[str, int] = field(
+        default_factory=lambda: {t: v.default for t, v in CONCURRENCY.items()}
+    )
+    limits: EventLimits = field(default_factory=EventLimits)
+    max_memories: int = MAX_MEMORIES.default
+    extractor: LLMExtractorConfig | None = field(default=None, repr=False)
+    summary_model: str | None = None
+    summary_budget: SummaryBudget = field(default_factory=SummaryBudget)
+    llm: LlmLimits = field(default_factory=LlmLimits)
+
+    def __post_init__(self) -> None:
+        signer_of(self.signing_key)  # a key too short fails here, naming the variable
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> WorkerSettings:
+        """Settings from ``TULIP_*`` variables; a malformed value raises ``ValueError``
+        naming the variable."""
+        e = environ(env)
+        return cls(
+            redis_url=wire.redis_url(e),
+            database_admin_url=lib.DATABASE_ADMIN_URL.read(e),
+            checkpoint_url=lib.CHECKPOINT_URL.read(e),
+            claim_check_url=claim_check_url_from_env(e),
+            s3_endpoint_url=lib.S3_ENDPOINT_URL.read(e),
+            signing_key=wire.EVENT_SIGNING_KEY.read(e),
+            concurrency={t: v.read(e) for t, v in CONCURRENCY.items()},
+            limits=EventLimits.from_env(e),
+            max_memories=MAX_MEMORIES.read(e),
+            extractor=extractor_config(e),
+            summary_model=SUMMARY_MODEL.read(e) or None,
+            summary_budget=summary_budget(e),
+            llm=LlmLimits.from_env(e),
+        )
+
+
+def extractor_config(env: Env | None = None) -> LLMExtractorConfig | None:
+    """From ``TULIP_EXTRACT_MODEL`` (and ``TULIP_EXTRACT_API_BASE``,
+    ``TULIP_EXTRACT_API_KEY``, ``TULIP_EXTRACT_TIMEOUT``); ``None`` when the model
+    is unset (use the offline heuristic)."""
+    e = environ(env)
+    model = EXTRACT_MODEL.read(e)
+    if not model:
+        return None
+    return LLMExtractorConfig(
+        model=model,
+        api_base=EXTRACT_API_BASE.read(e),
+        api_key=EXTRACT_API_KEY.read(e),
+        timeout=EXTRACT_TIMEOUT.read(e),
+    )
+
+
+def summary_budget(env: Env | None = None) -> SummaryBudget:
+    """``TULIP_SUMMARIZE_OVER_TOKENS`` (6000), ``TULIP_SUMMARY_STEP_TOKENS`` (a quarter
+    of it), ``TULIP_SUMMARY_HEAD_TURNS`` (2), ``TULIP_SUMMARY_KEEP_RECENT`` (10)."""
+    e = environ(env)
+    over = SUMMARIZE_OVER_TOKENS.read(e)
+    step = SUMMARY_STEP_TOKENS.read(e)
+    return SummaryBudget(
+        over_tokens=over,
+        step_tokens=max(1, over // 4) if step is None else step,
+        head_turns=SUMMARY_HEAD_TURNS.read(e),
+        keep_recent=SUMMARY_KEEP_RECENT.read(e),
+    )
