@@ -4,7 +4,7 @@ the SDK adapter ``QueuedMemoryManager``, events and shard routing."""
 from tulip_producer.producer import AsyncProducer, Producer
 from tulip_producer.queued import QueuedMemoryManager
 from tulip_producer.reader import AsyncReader, EventStatus, Reader
-from tulip_producer.settings import ProducerSettings
+from tulip_producer.settings import ProducerSettings, ReaderSettings
 from tulip_wire.claimcheck import ClaimCheckStore
 from tulip_wire.routing import ShardRouter, stable_hash
 
@@ -17,6 +17,7 @@ __all__ = [
     "ProducerSettings",
     "QueuedMemoryManager",
     "Reader",
+    "ReaderSettings",
     "ShardRouter",
     "stable_hash",
 ]

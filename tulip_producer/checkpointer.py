@@ -18,6 +18,7 @@ from typing import Any
 
 from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.delta.tenants import tenant_checkpointer
+from tulip_memory.env import CHECKPOINT_URL
 from tulip_memory.errors import TulipMemoryError
 from tulip_memory.registry import BaseCheckpointer, get_checkpointer
 from tulip_memory.state import AgentState
@@ -130,15 +131,13 @@ def queued_factory(
     environment, ``<inner>`` the checkpoint store (default ``TULIP_CHECKPOINT_URL``); a
     caller holding that store already passes it as ``inner`` (``S3Backend(...,
     queued=True, tenant=...)`` does)."""
-    import os
-
     if tenant is None:
         raise ValueError(
             "the queued checkpointer needs tenant=...: thread state is keyed by "
             "(tenant, thread id), e.g. get_checkpointer('queued:s3:bucket', tenant='acme')"
         )
     if inner is None:
-        inner_name = config_hint or os.environ.get("TULIP_CHECKPOINT_URL", "")
+        inner_name = config_hint or CHECKPOINT_URL.read()
         if not inner_name:
             raise ValueError(
                 "queued:<inner> needs the store the workers write, e.g. queued:s3:bucket"

@@ -8,7 +8,6 @@ thread for synchronous backends.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,6 +27,7 @@ from tulip_memory.store import PgMemory
 from tulip_memory.store.validation import NS_SEP, validate_namespace
 from tulip_memory.summaries import SummaryStore, compacted_view
 from tulip_memory.turns import TurnHit
+from tulip_producer.settings import CONTEXT_LENGTH, ReaderSettings
 from tulip_wire.pending import PendingStates, pending_states
 from tulip_wire.published import PublishedEvents, published_events
 
@@ -66,8 +66,11 @@ class AsyncReader:
         checkpointer: BaseCheckpointer | None = None,
         pending: PendingStates | None = None,
         published: PublishedEvents | None = None,
+        context_length: int | None = None,
     ) -> None:
         self.store = store
+        #: The compactor's window (``TULIP_CONTEXT_LENGTH`` unless given).
+        self.context_length = CONTEXT_LENGTH.read() if context_length is None else context_length
         self.checkpointer = checkpointer
         self.pending = pending
         self.published = published
@@ -80,14 +83,14 @@ class AsyncReader:
         """Postgres from ``TULIP_DATABASE_URL``; checkpoints from ``TULIP_CHECKPOINT_URL``
         and the pending overlay and published-event markers from ``TULIP_REDIS_URL``
         (else a Redis ``TULIP_BROKER_URL``) when they are set."""
-        env = os.environ if environ is None else environ
-        url = env.get("TULIP_CHECKPOINT_URL", "")
-        redis_url = env.get("TULIP_REDIS_URL") or env.get("TULIP_BROKER_URL", "")
+        settings = ReaderSettings.from_env(environ)
+        url, redis_url = settings.checkpoint_url, settings.redis_url
         return cls(
-            store_from_env(env),
+            store_from_env(environ),
             checkpointer=get_checkpointer(url) if url else None,
             pending=pending_states(redis_url),
             published=published_events(redis_url),
+            context_length=settings.context_length,
         )
 
     async def load(
@@ -145,8 +148,7 @@ class AsyncReader:
         view = compacted_view(messages, summary)
         if view is not None:
             return view
-        context = int(os.environ.get("TULIP_CONTEXT_LENGTH", "128000"))
-        return await LLMCompactor(context_length=context).async_apply(messages)
+        return await LLMCompactor(context_length=self.context_length).async_apply(messages)
 
     async def recall(
         self, namespace: tuple[str, ...], query: str | None, limit: int = 10

@@ -1,4 +1,4 @@
-"""Producer settings: one typed, frozen object, read from the environment once.
+"""Producer and reader settings: typed, frozen objects, read from the environment once.
 
 Every value is checked when the settings are built, so a typo in a URL scheme or a
 non-numeric timeout fails at startup with the variable's name, not at the first
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tulip_memory.env import S3_ENDPOINT_URL, Var, seconds
+from tulip_memory.env import CHECKPOINT_URL, S3_ENDPOINT_URL, Var, positive, seconds
 from tulip_memory.env import environ as environ_of
 from tulip_wire import env as wire
 from tulip_wire.claimcheck import claim_check_url_from_env
@@ -38,6 +38,8 @@ CLAIM_CHECK_SCHEMES = frozenset({"file", "s3", "memory"})
 PENDING_TTL = Var("TULIP_PENDING_TTL", DEFAULT_PENDING_TTL, seconds)
 STATUS_TTL = Var("TULIP_STATUS_TTL", DEFAULT_STATUS_TTL, seconds)
 PUBLISH_TIMEOUT = Var("TULIP_PUBLISH_TIMEOUT", DEFAULT_PUBLISH_TIMEOUT, seconds)
+#: The compactor's window when a thread has no stored summary that fits.
+CONTEXT_LENGTH = Var("TULIP_CONTEXT_LENGTH", 128_000, positive)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +111,31 @@ class ProducerSettings:
             max_event_bytes=wire.MAX_EVENT_BYTES.read(env),
             s3_endpoint_url=S3_ENDPOINT_URL.read(env),
             signing_key=wire.EVENT_SIGNING_KEY.read(env),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReaderSettings:
+    """What a :class:`~tulip_producer.Reader` reads besides its store.
+
+    ``checkpoint_url`` empty: no thread state; ``redis_url`` (``TULIP_REDIS_URL``, else a
+    Redis ``TULIP_BROKER_URL``) empty: no pending overlay or published-event markers.
+    """
+
+    checkpoint_url: str = ""
+    redis_url: str = field(default="", repr=False)
+    context_length: int = CONTEXT_LENGTH.default
+
+    def __post_init__(self) -> None:
+        _check_positive("context_length", self.context_length)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ReaderSettings:
+        env = environ_of(environ)
+        return cls(
+            checkpoint_url=CHECKPOINT_URL.read(env),
+            redis_url=wire.redis_url(env) or "",
+            context_length=CONTEXT_LENGTH.read(env),
         )
 
 

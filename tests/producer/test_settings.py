@@ -1,4 +1,4 @@
-"""ProducerSettings: defaults, environment, and early failure on bad values."""
+"""ProducerSettings and ReaderSettings: defaults, environment, and early failure on bad values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tulip_producer import Producer, ProducerSettings
+from tulip_producer import Producer, ProducerSettings, ReaderSettings
 
 BROKER = "redis://broker:6379/0"
 
@@ -90,3 +90,21 @@ def test_settings_are_frozen() -> None:
     s = ProducerSettings(broker_url=BROKER)
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.broker_url = "redis://elsewhere"  # type: ignore[misc]
+
+
+def test_reader_settings_from_the_environment() -> None:
+    assert ReaderSettings.from_env({}) == ReaderSettings()
+    assert ReaderSettings().context_length == 128_000
+    s = ReaderSettings.from_env(
+        {
+            "TULIP_BROKER_URL": "amqp://rabbit//",
+            "TULIP_CHECKPOINT_URL": "s3://bucket/cp",
+            "TULIP_CONTEXT_LENGTH": "4096",
+        }
+    )
+    assert (s.checkpoint_url, s.redis_url, s.context_length) == ("s3://bucket/cp", "", 4096)
+    assert ReaderSettings.from_env({"TULIP_BROKER_URL": BROKER}).redis_url == BROKER
+    with pytest.raises(
+        ValueError, match=r"^TULIP_CONTEXT_LENGTH must be an integer >= 1, got '0'$"
+    ):
+        ReaderSettings.from_env({"TULIP_CONTEXT_LENGTH": "0"})
