@@ -245,11 +245,10 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _dlq(args: argparse.Namespace) -> int:
-    import os
-
     from tulip_ops.dev.embedded import run_async
+    from tulip_ops.settings import OpsSettings
 
-    url = args.database_url or os.environ.get("TULIP_DATABASE_ADMIN_URL", "")
+    url = args.database_url or OpsSettings.from_env().database_admin_url
     if not url:
         print("set TULIP_DATABASE_ADMIN_URL or pass --database-url", file=sys.stderr)
         return 2
@@ -290,8 +289,10 @@ def _provision(args: argparse.Namespace) -> int:
 
     from tulip_ops.dev.embedded import run_async
     from tulip_ops.provision import configured_store, provision
+    from tulip_ops.settings import OpsSettings
 
-    admin = os.environ.get("TULIP_DATABASE_ADMIN_URL", "")
+    settings = OpsSettings.from_env()
+    admin = settings.database_admin_url
     if not admin:
         print("set TULIP_DATABASE_ADMIN_URL to an administrator DSN", file=sys.stderr)
         return 2
@@ -302,8 +303,8 @@ def _provision(args: argparse.Namespace) -> int:
             await provision(
                 admin,
                 args.role,
-                password=os.environ.get("TULIP_APP_PASSWORD") or None,
-                ops_password=os.environ.get("TULIP_OPS_PASSWORD") or None,
+                password=settings.app_password,
+                ops_password=settings.ops_password,
                 schema=args.schema,
                 stores=[store],
             )

@@ -8,7 +8,6 @@ them) and ``TULIP_BROKER_URL`` (where batches go: ``memory.reindex``).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
@@ -77,10 +76,11 @@ def run(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace) -> int:
     from tulip_memory.config import store_from_env
+    from tulip_ops.settings import OpsSettings
     from tulip_workers.reindexing import send_reindex_batch
 
     store = store_from_env()
-    admin = os.environ.get("TULIP_DATABASE_ADMIN_URL") or None
+    admin = OpsSettings.from_env().database_admin_url
     reindexer = Reindexer(store, send=send_reindex_batch, admin_dsn=admin)
     try:
         return await _act(reindexer, args)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from typing import Any
 
@@ -21,6 +20,7 @@ from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.delta.keys import tenant_part
 from tulip_memory.delta.tenants import adopt_thread
 from tulip_memory.registry import get_checkpointer
+from tulip_ops.settings import OpsSettings
 from tulip_wire.redact import redact_url
 
 
@@ -41,7 +41,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run_adopt(args: argparse.Namespace) -> int:
-    url = os.environ.get("TULIP_CHECKPOINT_URL", "")
+    url = OpsSettings.from_env().checkpoint_url
     if not url:
         print("set TULIP_CHECKPOINT_URL to the store the workers write", file=sys.stderr)
         return 2

@@ -83,3 +83,19 @@ def test_settings_are_frozen() -> None:
     s = WorkerSettings()
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.max_memories = 1  # type: ignore[misc]
+
+
+def test_operator_settings() -> None:
+    from tulip_ops.settings import OpsSettings
+
+    assert OpsSettings.from_env({}) == OpsSettings()
+    s = OpsSettings.from_env(
+        {
+            "TULIP_DATABASE_ADMIN_URL": "postgresql://admin:pw@db/tulip",
+            "TULIP_APP_PASSWORD": " spaced ",
+            "TULIP_CHECKPOINT_URL": "file:///ckpt",
+        }
+    )
+    assert s.database_admin_url == "postgresql://admin:pw@db/tulip"
+    assert (s.app_password, s.ops_password) == (" spaced ", None)  # a password is kept whole
+    assert s.checkpoint_url == "file:///ckpt" and "pw" not in repr(s)

@@ -1,0 +1,34 @@
+"""Operator command settings: what ``tulip-memory provision``, ``dlq``, ``reindex`` and
+``threads`` read from the environment, typed and checked once per command."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tulip_memory import env as lib
+from tulip_memory.env import Env, environ, text_var
+
+#: The passwords ``provision`` gives the application role and ``tulip_ops``.
+APP_PASSWORD = text_var("TULIP_APP_PASSWORD", secret=True)
+OPS_PASSWORD = text_var("TULIP_OPS_PASSWORD", secret=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpsSettings:
+    """``database_admin_url`` (``TULIP_DATABASE_ADMIN_URL``) and the passwords are
+    ``None`` when unset; ``checkpoint_url`` is empty when unset."""
+
+    database_admin_url: str | None = field(default=None, repr=False)
+    app_password: str | None = field(default=None, repr=False)
+    ops_password: str | None = field(default=None, repr=False)
+    checkpoint_url: str = ""
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> OpsSettings:
+        e = environ(env)
+        return cls(
+            database_admin_url=lib.DATABASE_ADMIN_URL.read(e),
+            app_password=APP_PASSWORD.read(e),
+            ops_password=OPS_PASSWORD.read(e),
+            checkpoint_url=lib.CHECKPOINT_URL.read(e),
+        )
