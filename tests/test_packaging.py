@@ -63,11 +63,11 @@ def test_a_user_celeryconfig_is_not_imported_by_the_library(user_app: Path) -> N
 
 
 def test_worker_starts_beside_a_user_celeryconfig(
-    user_app: Path, redis_url: str, pg_dsn: str
+    user_app: Path, redis_url: str, worker_db: dict[str, str]
 ) -> None:
     broker = with_db(redis_url, 13)
     logs = user_app / "logs"
-    env = _env(TULIP_BROKER_URL=broker, TULIP_DATABASE_URL=pg_dsn, TULIP_EXTRACT_SHARDS="1")
+    env = _env(TULIP_BROKER_URL=broker, TULIP_EXTRACT_SHARDS="1", **worker_db)
     proc = subprocess.Popen(
         [sys.executable, "-m", "tulip_ops.cli", "worker", "extract", "--log-dir", str(logs)],
         cwd=user_app, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -249,6 +249,12 @@ class EventWorker(ABC):
                 log.warning("event %s: %s (%s); retry in %.2fs", env.id, what, why, delay)
                 await asyncio.sleep(delay)
 
+    async def ready(self) -> None:
+        """Connect and check the ledger and dead-letter tables, as the first event
+        would; raises :class:`DatabaseUnreachable` (naming the setting) while
+        Postgres cannot be reached, and what Postgres said for anything else."""
+        await self._ensure()
+
     async def _ensure(self) -> None:
         if self._ready:
             return

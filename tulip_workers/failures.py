@@ -2,7 +2,8 @@
 
 An ordered shard retries in place, so the question decides whether a shard may wait
 forever. Only *a dependency is unreachable* earns that: a refused, reset or timed-out
-connection (Postgres, Redis, S3, the model server), Postgres refusing connections
+connection or a host name that does not resolve (Postgres, Redis, S3, the model
+server), Postgres refusing connections
 while it starts or shuts down or is out of resources, S3 5xx and throttling, a model
 server that is overloaded (429, 502, 503, 504). Everything else — an event that does
 not decode, data Postgres will not store, a model that keeps answering garbage — is
@@ -16,6 +17,7 @@ by what it wraps. An :class:`~tulip_wire.events.EventError` is never transient.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 
 import asyncpg
@@ -60,6 +62,7 @@ _FOREIGN_UNREACHABLE = frozenset(
 )
 _UNREACHABLE_TYPES: tuple[type[BaseException], ...] = (
     ConnectionError,  # refused, reset, aborted, broken pipe
+    socket.gaierror,  # a host name that does not resolve (yet)
     TimeoutError,  # socket and asyncio timeouts, an LLM slot not free in time
     redis.exceptions.ConnectionError,  # BusyLoadingError included
     redis.exceptions.TimeoutError,

@@ -31,10 +31,8 @@ from celery.exceptions import InvalidTaskError
 from celery.worker.consumer.consumer import Consumer as CeleryConsumer
 from kombu.exceptions import ContentDisallowed, DecodeError
 
-from tulip_wire.topology import CHECKPOINT_QUEUE_PREFIX, EXTRACT_QUEUE_PREFIX
-from tulip_workers.event_worker import EventWorker
 from tulip_workers.retry import describe
-from tulip_workers.runtime import WorkerRuntime, runtime
+from tulip_workers.runtime import event_worker_for, runtime
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +40,6 @@ log = logging.getLogger(__name__)
 FILE_TIMEOUT = 30.0
 #: The pause before a message whose dead letter could not be filed is put back.
 REQUEUE_PAUSE = 2.0
-
-#: The event worker that files the dead letters of each kind of shard queue.
-_WORKERS: dict[str, Callable[[WorkerRuntime], EventWorker]] = {
-    f"{EXTRACT_QUEUE_PREFIX}.": WorkerRuntime.extraction,
-    f"{CHECKPOINT_QUEUE_PREFIX}.": WorkerRuntime.checkpoints,
-}
 
 
 def check_task_message(message: Any) -> None:
@@ -119,7 +111,7 @@ class Consumer(CeleryConsumer):  # type: ignore[misc]
         may now ack or reject it (``False``: it was put back instead). ``failed``:
         also tell Flower the task failed (Celery does for an unknown task itself)."""
         queue = (getattr(message, "delivery_info", None) or {}).get("routing_key")
-        worker = _worker_of(queue)
+        worker = event_worker_for(queue)
         if worker is None:
             return True
         task_id = _headers(message).get("id")
@@ -135,12 +127,6 @@ class Consumer(CeleryConsumer):  # type: ignore[misc]
         if failed and isinstance(task_id, str) and self.event_dispatcher is not None:
             self.event_dispatcher.send("task-failed", uuid=task_id, exception=reason)
         return True
-
-
-def _worker_of(queue: object) -> Callable[[WorkerRuntime], EventWorker] | None:
-    if not isinstance(queue, str):
-        return None
-    return next((w for prefix, w in _WORKERS.items() if queue.startswith(prefix)), None)
 
 
 def _headers(message: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ connection pools live on, and every task runs its coroutine there.
 from __future__ import annotations
 
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from tulip_memory._portal import Portal
@@ -19,8 +19,14 @@ from tulip_wire.endpoints import redis_client
 from tulip_wire.pending import PendingStates, pending_states
 from tulip_wire.redact import redact_url
 from tulip_wire.signing import Signer, signer_of
-from tulip_wire.topology import SUMMARIZE_QUEUE, SUMMARIZE_TASK
+from tulip_wire.topology import (
+    CHECKPOINT_QUEUE_PREFIX,
+    EXTRACT_QUEUE_PREFIX,
+    SUMMARIZE_QUEUE,
+    SUMMARIZE_TASK,
+)
 from tulip_workers.checkpoints import CheckpointWorker
+from tulip_workers.event_worker import EventWorker
 from tulip_workers.extraction import ExtractionWorker
 from tulip_workers.extractors import Extractor, LLMStep, SlotFactory, heuristic
 from tulip_workers.keyed import KeyOrder
@@ -106,6 +112,21 @@ class WorkerRuntime:
                 owner = self.settings.database_admin_url
                 self._reindexer = Reindexer(store_from_env(), admin_dsn=owner)
             return self._reindexer
+
+
+#: The event worker of each kind of shard queue (``<prefix>.<k>``).
+_QUEUE_WORKERS = {
+    f"{EXTRACT_QUEUE_PREFIX}.": WorkerRuntime.extraction,
+    f"{CHECKPOINT_QUEUE_PREFIX}.": WorkerRuntime.checkpoints,
+}
+
+
+def event_worker_for(queue: object) -> Callable[[WorkerRuntime], EventWorker] | None:
+    """How this process gets the event worker of shard queue ``queue`` (``None`` for
+    any other queue)."""
+    if not isinstance(queue, str):
+        return None
+    return next((w for prefix, w in _QUEUE_WORKERS.items() if queue.startswith(prefix)), None)
 
 
 def _event_limits(s: WorkerSettings) -> dict[str, Any]:

@@ -1,0 +1,92 @@
+"""A shard worker is ready only once its database answers.
+
+Without this a worker whose ``TULIP_DATABASE_URL`` points nowhere (a wrong host, a
+socket directory that does not exist) prints Celery's banner and "ready", takes its
+first event and only then meets the error, waiting on it in place with nothing in the
+log but a bare ``FileNotFoundError``. :func:`install` checks before the worker
+consumes (``celeryd_after_setup``, the step where the unacked restore runs too), with
+the connection and table checks its first event would make:
+
+- Postgres cannot be reached (refused, no such socket, a name that does not resolve,
+  starting up): one line at once naming ``TULIP_DATABASE_URL`` and where it points
+  (credentials stripped), then one every :data:`RETRY_SECONDS`, and the worker does
+  not report ready until Postgres answers. An operator expects a worker to wait for a
+  database that is not up *yet* (a stack starting, Postgres restarting), as it waits
+  for its broker; exiting would turn every start-order race into a crash loop.
+  (Errors at start carry no event content, so they are logged as they are.)
+- Postgres answers but refuses (wrong password, no such database, tables not
+  migrated): no wait can fix that, so the worker logs the one line and exits non-zero,
+  for its supervisor to show.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from celery import Celery, signals
+from celery.exceptions import WorkerShutdown
+
+from tulip_memory.config import database_url
+from tulip_wire.redact import redact_url
+from tulip_workers.failures import is_unreachable
+from tulip_workers.redelivery import ordered_queues
+from tulip_workers.retry import describe
+from tulip_workers.runtime import event_worker_for, runtime
+
+log = logging.getLogger(__name__)
+#: How often a worker waiting for its database says so again.
+RETRY_SECONDS = 5.0
+_EXIT_FAILURE = 1
+
+
+def wait_for_database(queue_names: Iterable[str], retry_seconds: float = RETRY_SECONDS) -> None:
+    """Return once the event workers of the shard queues among ``queue_names`` reach
+    their tables; log and wait while Postgres is unreachable; ``WorkerShutdown`` if
+    it refuses."""
+    makers = {m for q in ordered_queues(queue_names) if (m := event_worker_for(q)) is not None}
+    if not makers:
+        return
+    try:
+        where = redact_url(database_url())
+    except ValueError as e:  # not set at all
+        log.critical("%s", e)
+        raise WorkerShutdown(_EXIT_FAILURE) from e
+    log.info("connecting to Postgres at %s (TULIP_DATABASE_URL)", where)
+    for make in makers:
+        worker = make(runtime())
+        while True:
+            try:
+                runtime().run(worker.ready())
+                break
+            except Exception as e:
+                if not is_unreachable(e):
+                    log.critical(
+                        "Postgres at %s (TULIP_DATABASE_URL) refused this worker: %s",
+                        where,
+                        describe(e),
+                    )
+                    raise WorkerShutdown(_EXIT_FAILURE) from e
+                log.error(
+                    "cannot reach Postgres at %s (TULIP_DATABASE_URL): %s; not ready, "
+                    "retrying in %.0fs",
+                    where,
+                    describe(e.__cause__ or e),
+                    retry_seconds,
+                )
+                time.sleep(retry_seconds)
+    log.info("Postgres at %s answers", where)
+
+
+def install(app: Celery) -> None:
+    """Before each worker of ``app`` consumes, wait for its shard queues' database."""
+
+    def check_before_consuming(instance: Any = None, **_: Any) -> None:
+        if instance is not None and instance.app is app:
+            wait_for_database(instance.app.amqp.queues.consume_from)
+
+    signals.celeryd_after_setup.connect(
+        check_before_consuming, weak=False, dispatch_uid=f"tulip-readiness-{id(app)}"
+    )
