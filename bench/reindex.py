@@ -79,6 +79,7 @@ from bench._services import (
 )
 from tulip_memory.embeddings import BaseEmbedding, embedder_from_config
 from tulip_memory.reindex import Progress, Reindexer, ReindexError, ReindexJob
+from tulip_memory.reindex.reindexer import Send
 from tulip_memory.store import PgMemory
 from tulip_memory.store.validation import content_of
 from tulip_wire.endpoints import kombu_url
@@ -94,8 +95,8 @@ PROBE_TIMEOUT = 60.0
 #: Fewer recall samples than this make a p99 little more than the worst few.
 FEW_SAMPLES = 200
 #: A task for job 0 (ids start at 1) fails at once: the worker has connected by then.
-WARMUP_JOB = 0
-WARMUP_MARK = f"no reindex job {WARMUP_JOB}"
+WARMUP_JOB = 2**31 - 1
+WARMUP_MARK = f"has no reindex job {WARMUP_JOB}"
 
 
 # --- the data ----------------------------------------------------------------------
@@ -508,10 +509,10 @@ def _timed(
     return timed
 
 
-def timed_send(send: Callable[[int, int], None], phases: Phases) -> Callable[[int, int], None]:
-    def sending(job_id: int, range_id: int) -> None:
+def timed_send(send: Send, phases: Phases) -> Send:
+    def sending(job_id: int, range_id: int, tenant: str) -> None:
         with phases.step("send batch tasks"):
-            send(job_id, range_id)
+            send(job_id, range_id, tenant)
 
     return sending
 
@@ -545,9 +546,13 @@ class Timeline:
     ranges: int
 
     @classmethod
-    async def of(cls, reindexer: Reindexer, job: ReindexJob) -> Timeline:
-        async with reindexer.store.connection() as conn:
+    async def of(cls, reindexer: Reindexer, job: ReindexJob, admin_dsn: str) -> Timeline:
+        # Every tenant's ranges: read as the administrator (they are under RLS).
+        conn = await asyncpg.connect(admin_dsn)
+        try:
             r = await conn.fetchrow(reindexer.q(_RANGE_TIMES), job.id)
+        finally:
+            await conn.close()
         if not r["ranges"] or job.switched_at is None:
             raise BenchError(f"job {job.id} has no finished batches or no switch time")
         return cls(
@@ -575,7 +580,7 @@ async def run_job(
     ctx: Context,
     table: str,
     label: str,
-    send: Callable[[int, int], None] | None,
+    send: Send | None,
     workers: WorkerPool | None = None,
 ) -> JobRun:
     """Idle recall window, then the job from ``start`` to the switch, the recall
@@ -611,7 +616,7 @@ async def run_job(
             Latency.within(f"during: {label}", samples, started, ended),
             cpu,
             phases,
-            await Timeline.of(reindexer, done.job),
+            await Timeline.of(reindexer, done.job, ctx.services.admin_dsn),
         )
     finally:
         await store.close()
@@ -657,7 +662,7 @@ def worker_env(services: Services, table: str) -> dict[str, str]:
     }
 
 
-def celery_send(broker_url: str) -> Callable[[int, int], None]:
+def celery_send(broker_url: str) -> Send:
     """``send_reindex_batch`` on the bench's broker: ``tulip_wire.celeryconfig`` reads
     ``TULIP_BROKER_URL`` once, at import, so it is set first."""
     os.environ["TULIP_BROKER_URL"] = broker_url
@@ -672,9 +677,7 @@ def celery_send(broker_url: str) -> Callable[[int, int], None]:
     return send_reindex_batch
 
 
-def warm_up(
-    pool: WorkerPool, send: Callable[[int, int], None], queue_length: Callable[[], int]
-) -> None:
+def warm_up(pool: WorkerPool, send: Send, queue_length: Callable[[], int]) -> None:
     """Every worker runs one batch task (of a job that does not exist: it fails at
     once, after the worker imported, connected and checked the table)."""
     deadline = time.monotonic() + WARMUP_TIMEOUT
@@ -683,7 +686,7 @@ def warm_up(
         if time.monotonic() > deadline:
             raise BenchError(f"reindex workers not consuming after {WARMUP_TIMEOUT:.0f}s")
         if queue_length() == 0:
-            send(WARMUP_JOB, 0)
+            send(WARMUP_JOB, 1, "warmup")
         time.sleep(0.1)
     while queue_length():
         pool.check()

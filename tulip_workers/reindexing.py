@@ -11,12 +11,29 @@ from tulip_wire.topology import REINDEX_QUEUE, REINDEX_TASK
 REINDEX_RETRIES = 5
 
 
-def send_reindex_batch(job_id: int, range_id: int) -> None:
+def batch_args(job_id: object, range_id: object, tenant: object) -> str | None:
+    """Why a batch task's arguments are refused (anything from the broker may be
+    forged), or ``None``: a job id, a range id and the range's tenant."""
+    if tenant is None:
+        return "a batch without its tenant (queued before batches carried one): `--resume` sends it"
+    ids = ((job_id, 1), (range_id, 0))  # jobs count from 1, a job's ranges from 0
+    if not all(
+        isinstance(i, int) and not isinstance(i, bool) and low <= i < 2**31 for i, low in ids
+    ):
+        return "the job id must be a positive integer, the range id one from 0"
+    if not isinstance(tenant, str) or not tenant or len(tenant) > 256:
+        return "the tenant must be a non-empty string"
+    return None
+
+
+def send_reindex_batch(job_id: int, range_id: int, tenant: str) -> None:
+    """One batch: the range, and the tenant the worker pins before it reads anything
+    (a range of another tenant is then not found)."""
     from tulip_workers.app import app
 
     app.send_task(
         REINDEX_TASK,
-        args=[job_id, range_id],
+        args=[job_id, range_id, tenant],
         queue=REINDEX_QUEUE,
         routing_key=REINDEX_QUEUE,
         exchange="",

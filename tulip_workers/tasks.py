@@ -21,7 +21,7 @@ from tulip_workers.app import app
 from tulip_workers.event_worker import DEAD, EventWorker
 from tulip_workers.keyed import envelope_key
 from tulip_workers.redelivery import deaths, forget_deaths, running
-from tulip_workers.reindexing import REINDEX_RETRIES
+from tulip_workers.reindexing import REINDEX_RETRIES, batch_args
 from tulip_workers.runtime import WorkerRuntime, reset_after_fork, runtime
 
 log = logging.getLogger(__name__)
@@ -107,18 +107,23 @@ def summarize(tenant: str, thread_id: str | None = None) -> str:
 
 
 @app.task(name=REINDEX_TASK, bind=True, max_retries=REINDEX_RETRIES)  # type: ignore[untyped-decorator]
-def reindex(self: Any, job_id: int, range_id: int) -> str:
-    """Embed and write one keyset range of a reindex job (pooled, unordered). A
+def reindex(self: Any, job_id: Any, range_id: Any, tenant: Any = None) -> str:
+    """Embed and write one keyset range of a reindex job (pooled, unordered), pinned
+    to the range's tenant the task names (a range of another tenant is not found). A
     failure other than the model's (which pauses the job itself) is retried with
     backoff; the last one pauses the job with its error, so none goes unnoticed."""
+    refused = batch_args(job_id, range_id, tenant)
+    if refused is not None:
+        log.warning("reindex batch refused: %s", refused)  # stale, or forged
+        return f"refused: {refused}"
     rt = runtime()
     try:
-        return rt.run(rt.reindexer().run_batch(job_id, range_id))
+        return rt.run(rt.reindexer().run_batch(job_id, range_id, tenant))
     except Exception as e:
         tries = self.request.retries + 1
         if tries > REINDEX_RETRIES:
             reason = f"range {range_id} failed {tries} times: {type(e).__name__}: {e}"
-            rt.run(rt.reindexer().pause(job_id, reason))
+            rt.run(rt.reindexer().pause(job_id, reason, tenant=tenant))
             raise
         raise self.retry(exc=e, countdown=min(30, 2**tries)) from e
 

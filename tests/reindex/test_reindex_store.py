@@ -140,10 +140,12 @@ async def test_reindex_moves_every_row_and_switches_recall(table: Table) -> None
 async def test_writes_during_a_job_fill_both_slots(table: Table) -> None:
     store = table.store()
     await fill(store, ["acme"], 6)
-    sent: list[tuple[int, int]] = []
+    sent: list[tuple[int, int, str]] = []
     writer = table.store()
     await writer.put(("acme", "facts"), "warm", "a write before the job: layouts cached")
-    reindexer = Reindexer(store, send=lambda j, r: sent.append((j, r)), admin_dsn=table.admin_dsn)
+    reindexer = Reindexer(
+        store, send=lambda j, r, t: sent.append((j, r, t)), admin_dsn=table.admin_dsn
+    )
     job = await reindexer.start(NEW, tenant="acme", batch=4)
     assert job.status == "running" and len(sent) == 4  # 7 rows + 5 turns, by 4
     # A write now, by a store whose cached layout predates the job.
@@ -155,8 +157,8 @@ async def test_writes_during_a_job_fill_both_slots(table: Table) -> None:
     assert np.allclose(rows[0]["v"].to_numpy(), want, atol=1e-6)
     # Recall still reads the old slot until the switch.
     assert len(await writer.search_by_embedding(("acme", "facts"), [0.1] * 32)) == 7
-    for job_id, range_id in sent:
-        await reindexer.run_batch(job_id, range_id)
+    for batch in sent:
+        await reindexer.run_batch(*batch)
     # A range run twice changes nothing.
     assert (await reindexer.run_batch(*sent[0])).startswith("skipped")
     assert (await reindexer.job(job.id)).status == "switched"  # type: ignore[union-attr]
@@ -168,7 +170,7 @@ async def test_writes_during_a_job_fill_both_slots(table: Table) -> None:
 async def test_refusals_name_what_is_wrong(table: Table) -> None:
     store = table.store()
     await fill(store, ["acme"], 3)
-    reindexer = Reindexer(store, send=lambda j, r: None, admin_dsn=table.admin_dsn)
+    reindexer = Reindexer(store, send=lambda j, r, t: None, admin_dsn=table.admin_dsn)
     with pytest.raises(ReindexError, match="invalid embedding model 'hashing:zero'"):
         await reindexer.start("hashing:zero", tenant="acme")
     with pytest.raises(ReindexError, match="already on 'hashing-32'"):
@@ -225,8 +227,10 @@ async def test_an_unrebuildable_model_is_named_not_mixed(postgres: Postgres) -> 
 async def test_cancel_stops_batches_and_resume_goes_on(table: Table) -> None:
     store = table.store()
     await fill(store, ["acme"], 12)
-    sent: list[tuple[int, int]] = []
-    reindexer = Reindexer(store, send=lambda j, r: sent.append((j, r)), admin_dsn=table.admin_dsn)
+    sent: list[tuple[int, int, str]] = []
+    reindexer = Reindexer(
+        store, send=lambda j, r, t: sent.append((j, r, t)), admin_dsn=table.admin_dsn
+    )
     job = await reindexer.start(NEW, tenant="acme", batch=4)
     await reindexer.run_batch(*sent[0])
     cancelled = await reindexer.cancel("acme")
@@ -237,8 +241,8 @@ async def test_cancel_stops_batches_and_resume_goes_on(table: Table) -> None:
     sent.clear()
     resumed = await reindexer.resume("acme")
     assert resumed.status == "running" and len(sent) == 4  # only the pending ranges
-    for job_id, range_id in sent:
-        await reindexer.run_batch(job_id, range_id)
+    for batch in sent:
+        await reindexer.run_batch(*batch)
     assert (await reindexer.progress(job.id)).job.status == "switched"
     with pytest.raises(ReindexError, match="already switched"):
         await reindexer.resume("acme")
@@ -284,7 +288,7 @@ async def test_a_write_waiting_on_a_job_start_fills_the_new_slot(table: Table) -
     await tx.start()
     await blocker.execute(f"LOCK TABLE {table.name} IN ACCESS SHARE MODE")
     starting = asyncio.ensure_future(
-        Reindexer(store, send=lambda j, r: None, admin_dsn=table.admin_dsn).start(
+        Reindexer(store, send=lambda j, r, t: None, admin_dsn=table.admin_dsn).start(
             NEW, tenant="acme"
         )
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -32,8 +33,11 @@ from tulip_memory.store.postgres.store import PGVECTOR_ANN_MAX_DIM
 from tulip_memory.store.ranking import vector_or_none
 from tulip_memory.store.validation import validate_namespace
 
-#: Sends one range of a job to a worker: ``send(job_id, range_id)``.
-Send = Callable[[int, int], None]
+log = logging.getLogger(__name__)
+
+#: Sends one range of a job to a worker: ``send(job_id, range_id, tenant)``, the
+#: range's tenant, which the batch runs pinned to.
+Send = Callable[[int, int, str], None]
 #: Builds an embedder from a model string and API base (``embedder_from_config``).
 Build = Callable[[str, str | None], BaseEmbedding]
 MAX_BATCH = 10_000
@@ -49,11 +53,12 @@ def build_embedder(model: str, api_base: str | None) -> BaseEmbedding:
 class Reindexer:
     """Start, run, watch and end online reindex jobs of one ``PgMemory`` table.
 
-    ``store`` connects as the application role: batches read and write rows pinned
-    to their range's tenant, mark their range done and may pause the job. Everything
-    else (the job's columns and indexes, the slot registry and layouts, the job's
-    rows) is the owner role's, through ``admin_dsn`` (the administrator's, or a
-    member of ``tulip_owner``): starting, switching, resuming, cancelling and
+    ``store`` connects as the application role: a batch runs pinned to the tenant
+    its task names, finds its range only if it is that tenant's, reads and writes
+    the rows, marks the range done and may pause the job. Everything else (the job's
+    columns and indexes, the slot registry and layouts, the job's rows, every
+    tenant's ranges) is the owner role's, through ``admin_dsn`` (the administrator's,
+    or a member of ``tulip_owner``): starting, switching, resuming, cancelling and
     finalizing need it. Without it (a batch worker) the last batch leaves the switch
     to whoever watches the job with it. Reindexing every tenant lists them as
     ``tulip_ops`` (BYPASSRLS, never superuser), after checking the tables carry
@@ -79,30 +84,59 @@ class Reindexer:
         return render(stmt, t=self.store.table, p=self.store.table_name, **names)
 
     async def _fetch(self, stmt: str, *args: Any) -> list[Any]:
-        async with self.store.connection() as conn:
-            return list(await conn.fetch(self.q(stmt), *args))
+        """``stmt`` read as the operator (see :meth:`_view`), no tenant pinned."""
+        async with self._view(None) as (conn, cols):
+            return list(await conn.fetch(self.q(stmt, cols=cols), *args))
+
+    @asynccontextmanager
+    async def _view(self, tenant: str | None) -> AsyncIterator[tuple[Any, str]]:
+        """A connection that reads jobs and ranges, and the job columns it may read:
+        the owner role's (every row and column) with the administrator DSN; else the
+        application role's pinned to ``tenant`` (its own rows and the all-tenants
+        job), or to none (the all-tenants job alone), without the operator's columns."""
+        if self._admin_dsn is not None:
+            async with self._owner() as conn:
+                yield conn, sql.JOB_COLS
+            return
+        async with self._pinned(tenant) as conn:
+            yield conn, sql.APP_JOB_COLS
+
+    @asynccontextmanager
+    async def _pinned(self, tenant: str | None) -> AsyncIterator[Any]:
+        """A transaction of the application role pinned to ``tenant`` (or to none)."""
+        async with self.store.connection() as conn, conn.transaction():
+            if tenant is not None:
+                await conn.execute(self.store.statement("PIN_TENANT"), tenant)
+            yield conn
 
     # -- reading --------------------------------------------------------------
 
-    async def job(self, job_id: int) -> ReindexJob | None:
-        rows = await self._fetch(sql.JOB, job_id)
-        return ReindexJob.from_row(rows[0]) if rows else None
+    async def job(self, job_id: int, *, tenant: str | None = None) -> ReindexJob | None:
+        """The job, as this reindexer may read it (see :meth:`_view`)."""
+        async with self._view(_tenant_or_none(tenant)) as (conn, cols):
+            row = await conn.fetchrow(self.q(sql.JOB, cols=cols), job_id)
+        return None if row is None else ReindexJob.from_row(row)
 
     async def current(self, tenant: str | None = None) -> ReindexJob | None:
         """The open job of the scope, else its latest finalized one."""
-        rows = await self._fetch(sql.LATEST_JOB, _scope(tenant))
-        return ReindexJob.from_row(rows[0]) if rows else None
+        scope = _scope(tenant)
+        async with self._view(scope or None) as (conn, cols):
+            row = await conn.fetchrow(self.q(sql.LATEST_JOB, cols=cols), scope)
+        return None if row is None else ReindexJob.from_row(row)
 
-    async def progress(self, job_id: int) -> Progress:
-        job = await self.job(job_id)
-        if job is None:
-            raise ReindexError(f"no reindex job {job_id}")
-        row = (await self._fetch(sql.PROGRESS, job_id))[0]
-        return Progress(job, row["ranges"], row["done"], row["rows_done"])
+    async def progress(self, job_id: int, *, tenant: str | None = None) -> Progress:
+        """How far the job is: over every tenant's ranges with the administrator DSN,
+        else over ``tenant``'s."""
+        async with self._view(_tenant_or_none(tenant)) as (conn, cols):
+            found = await conn.fetchrow(self.q(sql.JOB, cols=cols), job_id)
+            if found is None:
+                raise ReindexError(f"no reindex job {job_id}")
+            row = await conn.fetchrow(self.q(sql.PROGRESS), job_id)
+        return Progress(ReindexJob.from_row(found), row["ranges"], row["done"], row["rows_done"])
 
     async def status(self, tenant: str | None = None) -> Progress | None:
         job = await self.current(tenant)
-        return None if job is None else await self.progress(job.id)
+        return None if job is None else await self.progress(job.id, tenant=job.tenant)
 
     async def watch(
         self,
@@ -114,7 +148,8 @@ class Reindexer:
         """Poll until the job switched, was finalized, paused or cancelled."""
         while True:
             progress = await self.progress(job_id)
-            if progress.job.status == "running" and progress.ranges_done == progress.ranges:
+            done = progress.ranges_done == progress.ranges
+            if done and progress.job.status == "running" and self._admin_dsn is not None:
                 await self.finish(job_id)
                 progress = await self.progress(job_id)
             if on_progress is not None:
@@ -341,27 +376,37 @@ class Reindexer:
             yield conn
 
     async def _dispatch(self, job_id: int) -> None:
-        pending = [r["id"] for r in await self._fetch(sql.PENDING_RANGES, job_id)]
+        pending = [(r["id"], r["tenant"]) for r in await self._fetch(sql.PENDING_RANGES, job_id)]
         if self._send is None:
-            for range_id in pending:
-                await self.run_batch(job_id, range_id)
+            for range_id, tenant in pending:
+                await self.run_batch(job_id, range_id, tenant)
         else:
-            for range_id in pending:
-                self._send(job_id, range_id)
+            for range_id, tenant in pending:
+                self._send(job_id, range_id, tenant)
         if not pending:
             await self.finish(job_id)
 
     # -- batches (the worker side) ----------------------------------------------
 
-    async def run_batch(self, job_id: int, range_id: int) -> str:
-        """Embed and write one range; what happened, in a word or a sentence."""
-        job = await self._require(job_id)
+    async def run_batch(self, job_id: int, range_id: int, tenant: str) -> str:
+        """Embed and write one range of ``tenant``; what happened, in a word or a
+        sentence. Everything runs pinned to ``tenant``: a task naming another tenant's
+        range (or job) finds nothing, and is skipped."""
+        try:
+            tenant = validate_namespace((tenant,))[0]
+        except ValueError as e:
+            return f"refused: {e}"
+        async with self._pinned(tenant) as conn:
+            row = await conn.fetchrow(self.q(sql.JOB, cols=sql.APP_JOB_COLS), job_id)
+            found = await conn.fetchrow(self.q(sql.RANGE), job_id, range_id, tenant)
+        if row is None or found is None:
+            what = f"job {job_id}" if row is None else f"range {range_id} of job {job_id}"
+            skipped = f"skipped: tenant {tenant!r} has no reindex {what}"
+            log.warning("reindex batch %s", skipped)  # stale, or forged
+            return skipped
+        job, rng = ReindexJob.from_row(row), Range.from_row(found)
         if job.status != "running":
             return f"skipped: job {job_id} is {job.status}"
-        found = await self._fetch(sql.RANGE, job_id, range_id)
-        if not found:
-            raise ReindexError(f"reindex job {job_id} has no range {range_id}")
-        rng = Range.from_row(found[0])
         if rng.status == "done":
             outcome = "skipped: range already done"
         else:
@@ -370,14 +415,18 @@ class Reindexer:
                 vectors = await self._embed(job, texts)
             except _EmbedFailed as e:
                 where = f"range {range_id} ({rng.kind} of tenant {rng.tenant!r})"
-                await self._pause(job, f"{where}: {e}")
+                await self.pause(job_id, f"{where}: {e}", tenant=tenant)
                 return "paused"
             written = await self._write(job, rng, keys, vectors, mark=True)
             outcome = "skipped: stopped meanwhile" if written is None else f"{written} vectors"
         # Whoever sees no range pending finishes (idempotent): also a rerun of the last
-        # batch whose first run wrote its range but failed while finishing.
-        if not await self._fetch(sql.PENDING_RANGES, job_id):
-            await self.finish(job_id)
+        # batch whose first run wrote its range but failed while finishing. A batch
+        # sees its tenant's ranges; only the owner sees every tenant's and switches.
+        if self._admin_dsn is not None:
+            async with self._pinned(tenant) as conn:
+                mine = await conn.fetch(self.q(sql.PENDING_RANGES), job_id)
+            if not mine:
+                await self.finish(job_id)
         return outcome
 
     async def _rows(self, job: ReindexJob, rng: Range, *, sweep: bool) -> tuple[list[str], Any]:
@@ -429,13 +478,11 @@ class Reindexer:
             return None
         return sum(v is not None for v in vectors)
 
-    async def _pause(self, job: ReindexJob, error: str) -> None:
-        await self.pause(job.id, error)
-
-    async def pause(self, job_id: int, error: str) -> None:
+    async def pause(self, job_id: int, error: str, *, tenant: str | None = None) -> None:
         """Stop a running job with ``error``, for ``--status`` to show; ``resume``
-        goes on."""
-        async with self.store.connection() as conn:
+        goes on. Pinned to ``tenant``, the tenant of the batch that failed: it pauses
+        that tenant's job or the all-tenants one, never another tenant's."""
+        async with self._pinned(_tenant_or_none(tenant)) as conn:
             await conn.execute(self.q(sql.PAUSE), job_id, error)
 
     # -- the switch -------------------------------------------------------------
@@ -444,11 +491,10 @@ class Reindexer:
         """Sweep for rows still missing the new vector, then switch recall to it. One
         process at a time (a session lock on the job): the worker that ran the last
         batch and the command watching the job may both get here."""
+        self._need_owner("switching a job")
         job = await self._require(job_id)
         if job.status != "running" or await self._fetch(sql.PENDING_RANGES, job_id):
             return job
-        if self._admin_dsn is None:
-            return job  # a batch worker without the owner's DSN: the watcher switches it
         async with self._owner() as lock:
             if not await lock.fetchval(sql.FINISH_LOCK, f"{self.store.table}/finish/{job_id}"):
                 return job  # another process is switching it
@@ -490,7 +536,7 @@ class Reindexer:
                 try:
                     vectors = await self._embed(job, texts[lo : lo + job.batch])
                 except _EmbedFailed as e:
-                    await self._pause(job, f"sweep of tenant {tenant!r}: {e}")
+                    await self.pause(job.id, f"sweep of tenant {tenant!r}: {e}", tenant=tenant)
                     return None
                 part = rows[lo : lo + job.batch]
                 if await self._write(job, rng, part, vectors, mark=False) is None:
@@ -604,6 +650,10 @@ def _scope(tenant: str | None) -> str:
     if tenant is None:
         return ALL_TENANTS
     return validate_namespace((tenant,))[0]
+
+
+def _tenant_or_none(tenant: str | None) -> str | None:
+    return _scope(tenant) or None
 
 
 def _refuse_overlap(scope: str, open_jobs: Sequence[ReindexJob]) -> None:

@@ -1,9 +1,13 @@
 """Statements of the online reindex, over ``{t}`` (the qualified memories table),
 ``{p}`` (its bare name) and ``{v}`` (a slot column); values travel as parameters.
 
-The job and range tables hold ids, keys and statuses, never content: they are not
-tenant-scoped, so a job's progress reads without a tenant. Row reads and writes of a
-batch run in a transaction pinned to the range's tenant, under row-level security.
+Layouts, jobs and ranges are their tenant's, under forced row-level security
+(migration 14): a job's scope and a range's tenant name it, ``''`` being every
+tenant. A batch runs pinned to the tenant its task names: it reads its job (without
+the operator's columns, ``error`` and ``previous``: :data:`APP_JOB_COLS`), its own
+range, and the rows, and marks the range done, all under row-level security. The
+operator's reads (progress, pending ranges, the switch) go through the owner role,
+which reads every row.
 """
 
 from __future__ import annotations
@@ -11,14 +15,19 @@ from __future__ import annotations
 JOB_COLS = """id, scope, slot, model, spec, api_base, dim, batch, planned_rows, status, error,
 previous, created_at, updated_at, switched_at, finalized_at"""
 
+#: What the application role reads of a job (the columns migration 14 grants it).
+APP_JOB_COLS = """id, scope, slot, model, spec, api_base, dim, batch, planned_rows, status,
+NULL::text AS error, '{}'::jsonb AS previous, created_at, updated_at, switched_at, finalized_at"""
+
 OPEN_JOBS = f"SELECT {JOB_COLS} FROM {{t}}_reindex_jobs WHERE status <> 'finalized' ORDER BY id"
 
-JOB = f"SELECT {JOB_COLS} FROM {{t}}_reindex_jobs WHERE id = $1"
+# ``{cols}``: JOB_COLS (the owner's) or APP_JOB_COLS.
+JOB = "SELECT {cols} FROM {t}_reindex_jobs WHERE id = $1"
 
 JOB_FOR_UPDATE = f"SELECT {JOB_COLS} FROM {{t}}_reindex_jobs WHERE id = $1 FOR UPDATE"
 
-LATEST_JOB = f"""
-SELECT {JOB_COLS} FROM {{t}}_reindex_jobs WHERE scope = $1
+LATEST_JOB = """
+SELECT {cols} FROM {t}_reindex_jobs WHERE scope = $1
 ORDER BY (status <> 'finalized') DESC, id DESC LIMIT 1"""
 
 # Held (session-level) by the one process switching a job; released when it is done.
@@ -183,12 +192,14 @@ DELETE_RANGES = "DELETE FROM {t}_reindex_ranges WHERE job = $1"
 
 # -- batches --------------------------------------------------------------------------
 
+# A batch's own range: of the tenant its task names (pinned, and here again), so a
+# task naming another tenant's range finds nothing.
 RANGE = """
 SELECT id, tenant, kind, lo::text, hi::text, status FROM {t}_reindex_ranges
-WHERE job = $1 AND id = $2"""
+WHERE job = $1 AND id = $2 AND tenant = $3"""
 
 PENDING_RANGES = """
-SELECT id FROM {t}_reindex_ranges WHERE job = $1 AND status = 'pending' ORDER BY id"""
+SELECT id, tenant FROM {t}_reindex_ranges WHERE job = $1 AND status = 'pending' ORDER BY id"""
 
 RANGE_TENANTS = "SELECT DISTINCT tenant FROM {t}_reindex_ranges WHERE job = $1 ORDER BY tenant"
 

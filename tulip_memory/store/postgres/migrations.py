@@ -156,6 +156,49 @@ def _ns_count_by_fresh_namespace(t: str) -> str:
         END $fn$"""
 
 
+#: The columns of a reindex job the application role reads: ids, slot, model and
+#: status. Not ``error`` (a model's or a batch's message, naming the tenant and range
+#: that failed) nor ``previous`` (the slot each layout row read, by tenant): those are
+#: the operator's.
+_JOB_READ_COLUMNS = """id, scope, slot, model, spec, api_base, dim, batch, planned_rows, status,
+    created_at, updated_at, switched_at, finalized_at"""
+
+
+def _reindex_tenancy() -> tuple[str, ...]:
+    """Migration 14: ``<t>_layout``, ``<t>_reindex_jobs`` and ``<t>_reindex_ranges``
+    under forced row-level security. Their tenant is ``scope`` for layouts and jobs
+    (``''``: the all-tenants row, holding slot names, ids and statuses) and ``tenant``
+    for ranges. Pinned to a tenant, the application role reads its own rows and the
+    all-tenants ones (a batch marks its own range done, pauses its job); no role
+    without a policy reads any. The owner role, which runs the reindex's layout
+    changes for every tenant at once, reads and writes every row: it owns the tables,
+    so row-level security was never a bound on it. ``tulip_ops`` bypasses it."""
+    tenant = "current_setting('tulip.tenant', true)"
+    out: list[str] = []
+    for table, column, scoped in (
+        ("layout", "scope", True),
+        ("reindex_jobs", "scope", True),
+        ("reindex_ranges", "tenant", False),
+    ):
+        mine = f"{column} = {tenant}"
+        visible = f"({column} = '' OR {mine})" if scoped else f"({mine})"
+        only = "FOR SELECT " if table == "layout" else ""  # the registry is read-only
+        check = "" if only else f"\n                WITH CHECK {visible}"
+        out += [
+            f"ALTER TABLE {{t}}_{table} ENABLE ROW LEVEL SECURITY",
+            f"ALTER TABLE {{t}}_{table} FORCE ROW LEVEL SECURITY",
+            f"""CREATE POLICY {{p}}_{table}_tenant ON {{t}}_{table} {only}TO tulip_dml
+                USING {visible}{check}""",
+            f"""CREATE POLICY {{p}}_{table}_owner ON {{t}}_{table} TO tulip_owner
+                USING (true) WITH CHECK (true)""",
+        ]
+    return (
+        *out,
+        "REVOKE SELECT ON {t}_reindex_jobs FROM tulip_dml",
+        f"GRANT SELECT ({_JOB_READ_COLUMNS}) ON {{t}}_reindex_jobs TO tulip_dml",
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -357,6 +400,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         13,
         "namespace counters: count from the table only namespaces without a counter",
         (_ns_count_by_fresh_namespace("{t}"), _ns_count_by_fresh_namespace("{t}_turns")),
+    ),
+    Migration(
+        14,
+        "reindex layouts, jobs and ranges are their tenant's, under forced row-level security",
+        _reindex_tenancy(),
     ),
 )
 

@@ -81,9 +81,15 @@ SELECT read_slot, write_slots FROM {t}_layout
 WHERE scope = $1 OR scope = '' ORDER BY scope = '' LIMIT 1"""
 
 # A read transaction's first statement: the tenant, and the slots its recall reads.
-PIN_LAYOUT = f"""
-SELECT set_config('tulip.tenant', $1, true) AS pinned, l.read_slot, l.write_slots
-FROM (SELECT 1) AS one LEFT JOIN LATERAL ({LAYOUT}) AS l ON true"""
+# The layout rows are the tenant's under row-level security, so they are read after
+# the pin: by a lateral subquery over the pinned value, run once the pin's row exists.
+PIN_LAYOUT = """
+WITH pin AS MATERIALIZED (SELECT set_config('tulip.tenant', $1, true) AS pinned)
+SELECT pin.pinned, l.read_slot, l.write_slots
+FROM pin LEFT JOIN LATERAL (
+    SELECT read_slot, write_slots FROM {t}_layout
+    WHERE scope = pin.pinned OR scope = '' ORDER BY scope = '' LIMIT 1
+) AS l ON true"""
 
 SLOTS = "SELECT slot, model, dim, spec, api_base FROM {t}_slots ORDER BY created_at, slot"
 

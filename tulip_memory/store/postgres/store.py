@@ -635,8 +635,8 @@ class PgMemory(BatchFirstStore):
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Any]:
-        """A pooled connection, no tenant pinned: for tables without tenant rows (the
-        reindex job tables); row-level security admits no memory through it."""
+        """A pooled connection, no tenant pinned: row-level security admits no
+        tenant's row through it until the caller pins one (``PIN_TENANT``)."""
         pool = await self._get_pool()
         async with pool.acquire() as conn:
             yield conn
