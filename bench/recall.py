@@ -17,8 +17,13 @@ of the namespace's rows measure:
 
 and the same for ``search_turns`` (``Reader.recall_turns``) on the turns table.
 
-Usage: python -m bench.recall [--rows 1000000] [--namespaces 10000] [--largest 100000]
-    [--turns 200000] [--queries 40] [--admin-dsn DSN]
+Usage: python -m bench.recall [--full] [--rows 100000] [--namespaces 1000]
+    [--largest 50000] [--turns 50000] [--queries 40] [--admin-dsn DSN] [--reuse]
+
+``--full`` is the size users have (1,000,000 rows over 10,000 namespaces, the largest
+100,000, a 200,000-turn namespace); loading it takes hours on two shared cores (most
+of it the HNSW builds), so with ``--admin-dsn`` the tables stay, and a later run with
+``--reuse`` measures the rows already there (the queries are picked from them again).
 LangGraph runs only where ``langgraph-checkpoint-postgres`` is installed (a bench
 environment of its own, never a dependency of tulip-memory); without it the peer
 columns are left empty. Without ``--admin-dsn`` it runs on an embedded Postgres in a
@@ -32,6 +37,7 @@ import asyncio
 import contextlib
 import importlib
 import json
+import os
 import random
 import time
 from collections import Counter
@@ -117,6 +123,13 @@ async def load(
     conn = await asyncpg.connect(admin_dsn)
     try:
         await _vector_codec(conn)
+        if await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM public.{TABLE} LIMIT 1)"):
+            if not args.reuse:
+                raise SystemExit(f"{TABLE} holds rows already: pass --reuse to measure them")
+            print("  --reuse: measuring the rows already loaded", flush=True)
+            return await _read_back(conn, TABLE, memories), await _read_back(
+                conn, f"{TABLE}_turns", turns
+            )
         drop = f"public.{TABLE}_hnsw, public.{TABLE}_turns_hnsw"
         await conn.execute(f"DROP INDEX IF EXISTS {drop}")
         if peer:
@@ -145,6 +158,22 @@ async def load(
     finally:
         await conn.close()
     return memories, turns
+
+
+async def _read_back(conn: Any, table: str, corpus: Corpus) -> Corpus:
+    """A loaded table's namespace sizes (its counters) and its first rows by key."""
+    for r in await conn.fetch(f"SELECT ns, rows FROM public.{table}_ns_stats WHERE rows > 0"):
+        corpus.sizes[tuple(r["ns"].split(NS_SEP))] = int(r["rows"])
+    turns = table.endswith("_turns")
+    key, text = ("position || ':' || text", "text") if turns else ("key", "content")
+    order = "event_id, position" if turns else "key"
+    rows = await conn.fetch(
+        f"SELECT ns, k, c FROM (SELECT ns, {key} AS k, {text} AS c, row_number() OVER"
+        f" (PARTITION BY ns ORDER BY {order}) AS rn FROM public.{table}) x WHERE rn <= 8"
+    )
+    for r in rows:
+        corpus.samples.setdefault(tuple(r["ns"].split(NS_SEP)), []).append((r["k"], r["c"]))
+    return corpus
 
 
 async def _copy_memories(
@@ -402,14 +431,17 @@ async def run(args: argparse.Namespace) -> None:
             services.app_dsn, pick_queries(turns, args.queries, rng), emb
         )
     largest = max(memories.sizes.values())
+    loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
-        f"\n{args.rows:,} memories over {args.namespaces:,} namespaces (Zipf, largest "
+        f"\n{sum(memories.sizes.values()):,} memories over {len(memories.sizes):,} namespaces"
+        f" (Zipf, largest "
         f"{largest:,}), {args.dim}-d hashing vectors, limit {LIMIT}; index path from "
-        f"{plan.INDEX_MIN_ROWS:,} rows"
+        f"{plan.INDEX_MIN_ROWS:,} rows; {os.cpu_count()} cores, load average {loadavg} at the end"
     )
     report("PgMemory.search vs LangGraph PostgresStore.search (ms)", mem_rows, lg is not None)
     report(
-        f"search_turns ({args.turns:,}-turn namespace + {SMALL_TURN_NAMESPACES} small)",
+        f"search_turns ({max(turns.sizes.values()):,}-turn namespace"
+        f" + {SMALL_TURN_NAMESPACES} small)",
         turn_rows,
         False,
     )
@@ -417,15 +449,25 @@ async def run(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--namespaces", type=int, default=10_000)
-    parser.add_argument("--largest", type=int, default=100_000)
-    parser.add_argument("--turns", type=int, default=200_000)
+    parser.add_argument(
+        "--full", action="store_true", help="the users' size: 1M rows, 10k namespaces, 200k turns"
+    )
+    parser.add_argument("--rows", type=int, help="memories (100,000; full 1,000,000)")
+    parser.add_argument("--namespaces", type=int, help="namespaces (1,000; full 10,000)")
+    parser.add_argument("--largest", type=int, help="the largest namespace (50,000; full 100,000)")
+    parser.add_argument("--turns", type=int, help="the big turns namespace (50,000; full 200,000)")
+    parser.add_argument("--reuse", action="store_true", help="measure the rows --admin-dsn holds")
     parser.add_argument("--queries", type=int, default=40, help="per size class")
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--no-peer", action="store_true", help="skip LangGraph's store")
     parser.add_argument("--admin-dsn", help="an existing Postgres with pgvector (superuser)")
-    asyncio.run(run(parser.parse_args()))
+    args = parser.parse_args()
+    sizes = {"rows": (100_000, 1_000_000), "namespaces": (1_000, 10_000),
+             "largest": (50_000, 100_000), "turns": (50_000, 200_000)}  # fmt: skip
+    for name, (small, full) in sizes.items():
+        if getattr(args, name) is None:
+            setattr(args, name, full if args.full else small)
+    asyncio.run(run(args))
 
 
 if __name__ == "__main__":
