@@ -23,7 +23,6 @@ deleting nothing, if the workers do not get there in time).
 from __future__ import annotations
 
 import asyncio
-import os
 from datetime import timedelta
 from typing import Any
 
@@ -34,10 +33,8 @@ from tulip_memory.backends.lifecycle import (
 )
 from tulip_memory.delta import DeltaCheckpointer, S3DeltaStorage
 from tulip_memory.delta.tenants import TenantStorage
+from tulip_memory.env import CHECKPOINT_URL, S3_ENDPOINT_URL
 from tulip_memory.state import AgentState
-
-#: Where the S3 endpoint comes from when ``endpoint_url`` is not given (else AWS).
-ENDPOINT_ENV = "TULIP_S3_ENDPOINT_URL"
 
 
 class S3Backend(DeltaCheckpointer):
@@ -65,7 +62,7 @@ class S3Backend(DeltaCheckpointer):
         max_epoch_age: timedelta | None = None,
         **storage_options: Any,
     ) -> None:
-        endpoint = endpoint_url or os.environ.get(ENDPOINT_ENV) or None
+        endpoint = endpoint_url or S3_ENDPOINT_URL.read()
         storage = S3DeltaStorage(
             bucket, prefix, endpoint_url=endpoint, client=client, **storage_options
         )
@@ -86,7 +83,7 @@ class S3Backend(DeltaCheckpointer):
     def _queue(self) -> Any:
         from tulip_memory.registry import get_checkpointer
 
-        workers = os.environ.get("TULIP_CHECKPOINT_URL", "")
+        workers = CHECKPOINT_URL.read()
         if workers and _s3_location(workers) != (self.bucket, self.prefix.rstrip("/")):
             raise ValueError(
                 f"S3Backend(queued=True) reads s3://{self.bucket}/{self.prefix} but "

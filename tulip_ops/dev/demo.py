@@ -14,11 +14,11 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from tulip_memory.config import store_from_env
+from tulip_memory.env import DATABASE_URL
 from tulip_memory.messages import Message, Role
 from tulip_memory.state import AgentState
 from tulip_ops.dev.embedded import run_async
@@ -140,13 +140,9 @@ def run_pipeline_demo(
 
 
 def _producer_settings(settings: Mapping[str, str]) -> ProducerSettings:
-    return ProducerSettings(
-        broker_url=settings["TULIP_BROKER_URL"],
-        redis_url=settings["TULIP_REDIS_URL"],
-        spool_dir=Path(settings["TULIP_SPOOL_DIR"]),
-        extract_shards=int(settings["TULIP_EXTRACT_SHARDS"]),
-        checkpoint_shards=int(settings["TULIP_CHECKPOINT_SHARDS"]),
-    )
+    """The stack's producer, as an application sourcing its env file builds it (claim
+    checks included: under the checkpoint store, where the workers look)."""
+    return ProducerSettings.from_env(settings)
 
 
 def _checkpoint_threads(
@@ -284,7 +280,7 @@ async def _isolation_holds(settings: Mapping[str, str], run_id: str) -> bool:
         pass
     finally:
         await store.close()
-    conn = await asyncpg.connect(settings["TULIP_DATABASE_URL"])
+    conn = await asyncpg.connect(DATABASE_URL.read(settings))
     try:
         unpinned = await conn.fetchval(f"SELECT count(*) FROM {store.table}")
         async with conn.transaction():
