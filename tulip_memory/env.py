@@ -105,3 +105,7 @@ MEMORY_TABLE = Var("TULIP_MEMORY_TABLE", "tulip_memories", text)
 CHECKPOINT_URL = Var("TULIP_CHECKPOINT_URL", "", text)
 #: Any S3 API (MinIO, moto); unset is AWS.
 S3_ENDPOINT_URL = text_var("TULIP_S3_ENDPOINT_URL")
+#: The embedder (:func:`tulip_memory.embeddings.embedder_from_config`); unset is hashing.
+EMBED_MODEL = text_var("TULIP_EMBED_MODEL")
+EMBED_DIM = Var[int | None]("TULIP_EMBED_DIM", None, integer)
+EMBED_API_BASE = text_var("TULIP_EMBED_API_BASE")

@@ -15,18 +15,16 @@ fails at start-up; that imports litellm (seconds, once per process).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 from tulip_memory.embeddings.base import BaseEmbedding
 from tulip_memory.embeddings.hashing import HashingEmbedder
 from tulip_memory.embeddings.litellm_embedder import LiteLLMEmbedder
+from tulip_memory.env import EMBED_API_BASE, EMBED_DIM, EMBED_MODEL
+from tulip_memory.env import environ as environ_of
 from tulip_memory.model_calls import import_litellm
 
 DEFAULT_HASHING_DIMENSION = 384
-ENV_MODEL = "TULIP_EMBED_MODEL"
-ENV_DIMENSION = "TULIP_EMBED_DIM"
-ENV_API_BASE = "TULIP_EMBED_API_BASE"
 
 
 def embedder_from_config(
@@ -62,16 +60,11 @@ def spec_of(embedder: BaseEmbedding) -> tuple[str, str | None] | None:
 
 def embedder_from_env(environ: Mapping[str, str] | None = None) -> BaseEmbedding:
     """:func:`embedder_from_config` from ``TULIP_EMBED_MODEL``, ``_DIM`` and ``_API_BASE``."""
-    env = os.environ if environ is None else environ
-    raw_dimension = env.get(ENV_DIMENSION, "").strip()
-    try:
-        dimension = int(raw_dimension) if raw_dimension else None
-    except ValueError:
-        raise ValueError(f"{ENV_DIMENSION} must be an integer, got {raw_dimension!r}") from None
+    env = environ_of(environ)
     return embedder_from_config(
-        env.get(ENV_MODEL),
-        dimension=dimension,
-        api_base=env.get(ENV_API_BASE) or None,
+        EMBED_MODEL.read(env),
+        dimension=EMBED_DIM.read(env),
+        api_base=EMBED_API_BASE.read(env),
     )
 
 
