@@ -3,7 +3,9 @@
 Workers write and ``tulip_producer.Reader`` reads the same table with the same embedder,
 so both build them here: ``TULIP_DATABASE_URL`` (the application role's DSN),
 ``TULIP_MEMORY_TABLE`` (default ``tulip_memories``) and the ``TULIP_EMBED_*``
-settings of :func:`~tulip_memory.embeddings.embedder_from_env`.
+settings of :func:`~tulip_memory.embeddings.embedder_from_env`, with
+``TULIP_EMBED_ALLOWED``: the other embedders a table's slot registry may name that
+this process builds (see :mod:`~tulip_memory.embeddings.allowlist`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 from collections.abc import Mapping
 
 from tulip_memory.embeddings import embedder_from_env
+from tulip_memory.embeddings.allowlist import ENV_ALLOWED
 from tulip_memory.store import PgMemory
 
 
@@ -36,4 +39,5 @@ def store_from_env(
         table=env.get("TULIP_MEMORY_TABLE", "tulip_memories"),
         embedder=embedder_from_env(env),
         migrator=migrator,
+        allowed_embedders=env.get(ENV_ALLOWED, ""),
     )

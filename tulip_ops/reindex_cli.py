@@ -80,6 +80,8 @@ async def _run(args: argparse.Namespace) -> int:
     from tulip_workers.reindexing import send_reindex_batch
 
     store = store_from_env()
+    if args.model:
+        store.allow_embedder(args.model, args.api_base)
     admin = OpsSettings.from_env().database_admin_url
     reindexer = Reindexer(store, send=send_reindex_batch, admin_dsn=admin)
     try:

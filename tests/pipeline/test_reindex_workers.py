@@ -31,6 +31,9 @@ WORDS: tuple[str, ...] = ("coffee", "morning", "trip", "lisbon", "allergic", "nu
 WORDS += ("cello", "garden", "book", "dog", "rain")
 
 
+OPENAI = "openai/text-embedding-3-small"
+
+
 def fact(i: int) -> str:
     return f"user {i} likes {WORDS[i % 12]} and {WORDS[(i * 7) % 12]} on day {i % 5}"
 
@@ -79,6 +82,12 @@ class Reindex:
             f"SELECT count(*) AS n FROM {self.pipeline.table}_reindex_ranges WHERE status = 'done'"
         )
         return int(rows[0]["n"])
+
+
+def allowed(fake_openai: FakeOpenAI) -> dict[str, str]:
+    """What workers and the command need to build the new model's embedder from the
+    table's registry: its key, and the model at that address allowed."""
+    return {"OPENAI_API_KEY": "sk-test", "TULIP_EMBED_ALLOWED": f"{OPENAI}={fake_openai.url}"}
 
 
 def store(pipeline: Pipeline) -> PgMemory:
@@ -169,12 +178,12 @@ async def test_recall_answers_throughout_and_switches_once(
 async def test_sigkill_mid_job_then_resume_leaves_no_gap_or_duplicate(
     pipeline: Pipeline, seeded: PgMemory, fake_openai: FakeOpenAI
 ) -> None:
-    rx = Reindex(pipeline, {"OPENAI_API_KEY": "sk-test"})
+    rx = Reindex(pipeline, allowed(fake_openai))
     slow = 36  # every batch's embedding call takes a while, so the kill lands mid-job
     fake_openai.script_embeddings(Reply(), *[Reply(delay=0.25) for _ in range(slow)])
     victim = rx.worker("reindex-victim")
     started = rx.cli(
-        "--model", "openai/text-embedding-3-small", "--api-base", fake_openai.url,
+        "--model", OPENAI, "--api-base", fake_openai.url,
         "--batch", "20", "--detach",
     )  # fmt: skip
     assert started.returncode == 0, started.stderr
@@ -208,14 +217,14 @@ async def test_sigkill_mid_job_then_resume_leaves_no_gap_or_duplicate(
 async def test_a_failing_model_pauses_the_job_and_resume_finishes_it(
     pipeline: Pipeline, seeded: PgMemory, fake_openai: FakeOpenAI
 ) -> None:
-    rx = Reindex(pipeline, {"OPENAI_API_KEY": "sk-test"})
+    rx = Reindex(pipeline, allowed(fake_openai))
     unknown = rx.cli("--model", "no-such-provider/model-x", "--tenant", "acme")
     assert unknown.returncode == 1 and "unknown embedding model" in unknown.stderr
     rx.worker("reindex-a")
     broken = Reply(status=400, body={"error": {"message": "model overloaded: try later"}})
     fake_openai.script_embeddings(Reply(), Reply(), Reply(), *[broken] * 20)
     run = rx.cli(
-        "--model", "openai/text-embedding-3-small", "--api-base", fake_openai.url,
+        "--model", OPENAI, "--api-base", fake_openai.url,
         "--tenant", "acme", "--batch", "40",
     )  # fmt: skip
     assert run.returncode == 1
@@ -238,3 +247,23 @@ async def test_a_failing_model_pauses_the_job_and_resume_finishes_it(
     # Only the tenant asked for moved; the others never got the new vectors.
     assert all((r["v"] is not None) == (r["tenant"] == "acme") for r in rows)
     assert len(await seeded.search(("globex", "facts"), "cello")) == 10
+
+
+async def test_a_worker_not_allowed_the_new_model_pauses_the_job_without_calling_it(
+    pipeline: Pipeline, seeded: PgMemory, fake_openai: FakeOpenAI
+) -> None:
+    """The registry names the new model's address; a worker not configured for it
+    refuses to send the rows there, and the job pauses saying what to set."""
+    rx = Reindex(pipeline, {"OPENAI_API_KEY": "sk-test"})
+    worker = rx.worker("reindex-unconfigured")
+    run = rx.cli("--model", OPENAI, "--api-base", fake_openai.url, "--tenant", "acme")
+    assert run.returncode == 1 and "paused" in run.stderr, run.stdout + run.stderr
+    assert "TULIP_EMBED_ALLOWED" in run.stderr and "not configured to use" in run.stderr
+    # The command's own probe of the model it was asked for, and nothing from the worker.
+    assert len(fake_openai.requests_to("/v1/embeddings")) == 1
+    worker.stop()
+    rx.extra.update(allowed(fake_openai))
+    rx.worker("reindex-configured")
+    resumed = rx.cli("--resume", "--tenant", "acme")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert (await rx.job())["status"] == "switched"

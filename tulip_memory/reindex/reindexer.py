@@ -28,7 +28,7 @@ from tulip_memory.reindex.model import Progress, ReindexConflict, ReindexError, 
 from tulip_memory.reindex.ranges import KINDS, Range, cut
 from tulip_memory.store.postgres import PgMemory
 from tulip_memory.store.postgres.render import render
-from tulip_memory.store.postgres.slots import ALL_TENANTS, slot_index, slot_name
+from tulip_memory.store.postgres.slots import ALL_TENANTS, column, slot_index, slot_name
 from tulip_memory.store.postgres.store import PGVECTOR_ANN_MAX_DIM
 from tulip_memory.store.ranking import vector_or_none
 from tulip_memory.store.validation import validate_namespace
@@ -80,8 +80,10 @@ class Reindexer:
     # -- statements -----------------------------------------------------------
 
     def q(self, stmt: str, **names: str) -> str:
-        """``stmt`` of :mod:`~tulip_memory.reindex.sql` for this table."""
-        return render(stmt, t=self.store.table, p=self.store.table_name, **names)
+        """``stmt`` of :mod:`~tulip_memory.reindex.sql` for this table; slot columns
+        (``v``, ``o``) pass :func:`~tulip_memory.store.postgres.slots.column` first."""
+        checked = {k: column(v) if k in ("v", "o") else v for k, v in names.items()}
+        return render(stmt, t=self.store.table, p=self.store.table_name, **checked)
 
     async def _fetch(self, stmt: str, *args: Any) -> list[Any]:
         """``stmt`` read as the operator (see :meth:`_view`), no tenant pinned."""

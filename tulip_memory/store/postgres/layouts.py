@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from tulip_memory.embeddings import BaseEmbedding
+from tulip_memory.embeddings.allowlist import EmbedderAllowlist
 from tulip_memory.embeddings.base import Vectors
 from tulip_memory.errors import EmbeddingError
 from tulip_memory.store.postgres.slots import ALL_TENANTS, DEFAULT_LAYOUT, Layout, SlotInfo
@@ -38,9 +39,11 @@ class Layouts:
         own: BaseEmbedding | None,
         resolve: EmbedderResolver,
         slots_sql: str,
+        allowed: EmbedderAllowlist,
     ) -> None:
         self._own = own
         self._resolve = resolve
+        self.allowed = allowed
         self._slots_sql = slots_sql
         self._slots: dict[str, SlotInfo] = {}
         self._layouts: dict[str, Layout] = {}
@@ -87,7 +90,8 @@ class Layouts:
 
     def embedder(self, info: SlotInfo) -> BaseEmbedding | None:
         """The embedder of a slot: the store's own for the original slot or when it is
-        the slot's model, else one built from the slot's model string."""
+        the slot's model, else one built from the slot's model string and API base,
+        if :attr:`allowed` (see :mod:`~tulip_memory.embeddings.allowlist`)."""
         if info.slot in self._embedders:
             return self._embedders[info.slot]
         own = self._own
@@ -102,6 +106,7 @@ class Layouts:
                 "the table off it"
             )
         else:
+            self.allowed.check(info.slot, info.spec, info.api_base)
             try:
                 chosen = self._resolve(info.spec, info.dim, info.api_base)
             except Exception as e:

@@ -16,20 +16,43 @@ shared (:data:`~tulip_memory.store.postgres.sql.PIN_SHARED`), and bump a version
 sequence under it; a writer reads the version after taking the lock and the layout
 whenever the version moved: no write can commit vectors for a layout older than one a
 reindex has already planned against.
+
+Slot names are pasted into SQL as column names, so every name read from the registry
+or a layout, and every name a statement is built with, passes :func:`column` first:
+``embedding`` or ``embedding_<job id>``, nothing else.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tulip_memory.errors import SchemaError
 from tulip_memory.store.postgres.render import render
 
 #: The original slot: the column every table is created with.
 ORIGINAL_SLOT = "embedding"
 #: The ``scope`` of the layout row that holds for every tenant without its own.
 ALL_TENANTS = ""
+#: Every slot name: the original column, or the column of reindex job ``<id>``.
+SLOT_PATTERN = re.compile(r"embedding(?:_[1-9][0-9]{0,17})?")
+
+
+class SlotNameError(SchemaError):
+    """A slot name that is not one this code creates (a tampered registry or layout)."""
+
+
+def column(slot: object) -> str:
+    """``slot`` if it is a slot name this code creates, else :class:`SlotNameError`
+    naming it: the one check before a slot name becomes part of a statement."""
+    if isinstance(slot, str) and SLOT_PATTERN.fullmatch(slot):
+        return slot
+    raise SlotNameError(
+        f"refused vector slot {slot!r}: slot names are 'embedding' or 'embedding_<job id>'; "
+        "the table's slot registry or layout holds a name this code never wrote"
+    )
 
 
 @dataclass(frozen=True)
@@ -48,7 +71,8 @@ class SlotInfo:
 
     @classmethod
     def from_row(cls, row: Any) -> SlotInfo:
-        return cls(row["slot"], row["model"], row["dim"], row["spec"], row["api_base"])
+        slot = column(row["slot"])
+        return cls(slot, row["model"], row["dim"], row["spec"], row["api_base"])
 
 
 @dataclass(frozen=True)
@@ -62,7 +86,7 @@ class Layout:
     def from_row(cls, row: Any) -> Layout:
         if row is None or row["read_slot"] is None:
             return DEFAULT_LAYOUT
-        return cls(row["read_slot"], tuple(row["write_slots"]))
+        return cls(column(row["read_slot"]), tuple(column(s) for s in row["write_slots"]))
 
 
 DEFAULT_LAYOUT = Layout(ORIGINAL_SLOT, (ORIGINAL_SLOT,))
@@ -70,21 +94,21 @@ DEFAULT_LAYOUT = Layout(ORIGINAL_SLOT, (ORIGINAL_SLOT,))
 
 def slot_name(job_id: int) -> str:
     """The column of the slot a reindex job creates."""
-    return f"embedding_{job_id}"
+    return column(f"embedding_{job_id}")
 
 
 def slot_index(table: str, slot: str) -> str:
     """The name of the HNSW index over a slot's column of ``table`` (bare name): the
     original one's from migration 3, else ``<table>_v<job id>``, short enough for
     Postgres' 63-byte identifiers with a 48-character table name."""
-    if slot == ORIGINAL_SLOT:
+    if column(slot) == ORIGINAL_SLOT:
         return f"{table}_hnsw"
     return f"{table}_v{slot.removeprefix(ORIGINAL_SLOT + '_')}"
 
 
 def read_sql(template: str, slot: str) -> str:
     """A read statement over the ``{v}`` slot column."""
-    return render(template, v=slot)
+    return render(template, v=column(slot))
 
 
 #: A fenced write never replaces a fact observed later than its own (history imported
@@ -147,6 +171,7 @@ ON CONFLICT {conflict}"""
 
 
 def _vector_parts(slots: Sequence[str], first: int) -> tuple[str, list[str], str]:
+    slots = [column(s) for s in slots]
     arrays = "".join(f", ${first + i}::vector[]" for i in range(len(slots)))
     names = [f"v{i}" for i in range(len(slots))]
     sets = "".join(f"\n    {s} = EXCLUDED.{s}," for s in slots)

@@ -16,7 +16,7 @@ import json
 import logging
 import re
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +27,7 @@ import numpy as np
 
 from tulip_memory.embeddings import BaseEmbedding, EmbeddingCache, HashingEmbedder, HRREncoder
 from tulip_memory.embeddings.adapter import EmbedderLike, as_embedder
+from tulip_memory.embeddings.allowlist import EmbedderAllowlist
 from tulip_memory.embeddings.base import Vectors
 from tulip_memory.embeddings.factory import spec_of
 from tulip_memory.errors import TenantIsolationError
@@ -131,6 +132,7 @@ class PgMemory(BatchFirstStore):
         embedders: EmbedderResolver | None = None,
         migrator: str | None = None,
         recall_plan: Literal["auto", "exact"] = "auto",
+        allowed_embedders: str | Iterable[str] = (),
     ) -> None:
         """``text_search_config`` names the Postgres text search configuration that
         tokenises, stems and drops stop words ('english': Snowball stemming and the
@@ -145,7 +147,11 @@ class PgMemory(BatchFirstStore):
         After an online reindex (:mod:`tulip_memory.reindex`) the table's vectors may
         be of another model than ``embedder``: the table's slot registry names it, and
         ``embedders`` builds its embedder from the model string (by default
-        :func:`~tulip_memory.embeddings.embedder_from_config`).
+        :func:`~tulip_memory.embeddings.embedder_from_config`), but only for a model
+        (and API base) that is ``embedder``'s own or that ``allowed_embedders`` lists
+        (``model`` or ``model=api_base`` entries, ``hashing`` always allowed): anything
+        else is refused naming the slot (:mod:`~tulip_memory.embeddings.allowlist`), so
+        a changed registry row cannot send query texts to an address of its choice.
 
         The store never migrates through ``dsn`` (the application role owns nothing):
         it verifies at first use that the table is at this code's schema version.
@@ -216,7 +222,12 @@ class PgMemory(BatchFirstStore):
             for name in dir(sql)
             if name.isupper() and not name.startswith("_")
         }
-        self._layouts = Layouts(self._encoder, embedders or resolve_embedder, self._sql["SLOTS"])
+        self._layouts = Layouts(
+            self._encoder,
+            embedders or resolve_embedder,
+            self._sql["SLOTS"],
+            EmbedderAllowlist.parse(allowed_embedders),
+        )
         self._pool: Any = None
         self._recall_plan = recall_plan
         self._caps = plan.Capabilities(iterative_scan=False, leakproof_match=False)
@@ -650,6 +661,11 @@ class PgMemory(BatchFirstStore):
             await conn.execute(self._sql["LAYOUT_LOCK"])
             await conn.execute(self._sql["BUMP_LAYOUT"])
             yield conn
+
+    def allow_embedder(self, spec: str, api_base: str | None = None) -> None:
+        """Let slots of model ``spec`` at ``api_base`` be embedded by this store (the
+        reindex command allows the model it was asked to move to)."""
+        self._layouts.allowed = self._layouts.allowed.including(spec, api_base)
 
     async def slot_embedder(self, slot: str) -> BaseEmbedding | None:
         """The embedder of a vector slot (see :mod:`~tulip_memory.store.postgres.slots`)."""
