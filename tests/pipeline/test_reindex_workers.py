@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import asyncpg
 import numpy as np
 import pytest
+from celery import Celery
 from pgvector.asyncpg import register_vector
 
 from tests.pipeline.conftest import Pipeline
@@ -22,6 +23,8 @@ from tests.support.workers import ROOT, WorkerProcess
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.store import PgMemory
 from tulip_memory.store.fusion import HybridRanking
+from tulip_wire.endpoints import kombu_url
+from tulip_wire.topology import REINDEX_QUEUE, REINDEX_TASK
 
 TENANTS = ("acme", "globex", "initech")
 ROWS = 240
@@ -220,7 +223,7 @@ async def test_a_failing_model_pauses_the_job_and_resume_finishes_it(
     rx = Reindex(pipeline, allowed(fake_openai))
     unknown = rx.cli("--model", "no-such-provider/model-x", "--tenant", "acme")
     assert unknown.returncode == 1 and "unknown embedding model" in unknown.stderr
-    rx.worker("reindex-a")
+    worker = rx.worker("reindex-a")
     broken = Reply(status=400, body={"error": {"message": "model overloaded: try later"}})
     fake_openai.script_embeddings(Reply(), Reply(), Reply(), *[broken] * 20)
     run = rx.cli(
@@ -232,6 +235,31 @@ async def test_a_failing_model_pauses_the_job_and_resume_finishes_it(
     assert "--resume" in run.stderr
     status = rx.cli("--status", "--tenant", "acme")
     assert "paused" in status.stdout and "model overloaded" in status.stdout
+    # Forged batch tasks naming acme's pending ranges under another tenant: the worker
+    # pins that tenant, finds no job, and changes nothing.
+    job = await rx.job()
+    table = pipeline.table
+    pending = await rx.admin(
+        f"SELECT id FROM {table}_reindex_ranges WHERE job = $1 AND status = 'pending'",
+        job["id"],
+    )
+    assert pending
+    forger = Celery("tulip_reindex_forger")
+    forger.conf.broker_url = kombu_url(pipeline.broker_url)
+    for r in pending:
+        args = [job["id"], r["id"], "globex"]
+        forger.send_task(REINDEX_TASK, args=args, queue=REINDEX_QUEUE, exchange="")
+    skipped = f"skipped: tenant 'globex' has no reindex job {job['id']}"
+    for _ in range(600):  # a minute at most
+        if worker.output().count(f"reindex batch {skipped}") >= len(pending):
+            break
+        await asyncio.sleep(0.1)
+    assert worker.output().count(f"reindex batch {skipped}") == len(pending), worker.output()
+    still = await rx.admin(
+        f"SELECT count(*) AS n FROM {table}_reindex_ranges WHERE job = $1 AND status = 'pending'",
+        job["id"],
+    )
+    assert still[0]["n"] == len(pending) and (await rx.job())["status"] == "paused"
     second = rx.cli("--model", "hashing:32", "--tenant", "acme")
     assert second.returncode == 1 and "may not overlap" in second.stderr
     # Recall still answers from the old vectors while the job is paused.
