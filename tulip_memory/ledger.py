@@ -16,8 +16,9 @@ from datetime import datetime
 from typing import Any
 
 from tulip_memory.redaction import REDACT_SQL, redact
-from tulip_memory.store.postgres.audit import Expected, expected_objects
-from tulip_memory.store.postgres.schema import Step, apply_migrations, verify_migrations
+from tulip_memory.store.postgres.audit import Expected
+from tulip_memory.store.postgres.family import Family, Migration
+from tulip_memory.store.postgres.render import render
 
 TABLE = "public.tulip_event_ledger"
 APPLIED, DEAD, REPLAYING = "applied", "dead", "replaying"
@@ -26,88 +27,78 @@ SUPERSEDED = "superseded"
 #: A worker is done with the event: a redelivery changes nothing.
 DONE = (APPLIED, SUPERSEDED, DEAD)
 
-_MIGRATIONS: list[Step] = [
+#: Templates over ``{t}`` (the table) and ``{p}`` (its bare name).
+LEDGER = Family(
+    "event ledger",
     (
-        1,
-        "event ledger",
-        [
-            f"""CREATE TABLE {TABLE} (
-                event_id text PRIMARY KEY,
-                type text NOT NULL,
-                key text NOT NULL,
-                seq bigint,
-                status text NOT NULL CHECK (status IN ('applied', 'dead', 'replaying')),
-                reason text,
-                attempts integer NOT NULL DEFAULT 0,
-                memories integer,
-                created_at timestamptz NOT NULL DEFAULT now(),
-                updated_at timestamptz NOT NULL DEFAULT now()
-            )""",
-            f"CREATE INDEX tulip_event_ledger_dead ON {TABLE} (updated_at) WHERE status = 'dead'",
-        ],
+        Migration(
+            1,
+            "event ledger",
+            (
+                """CREATE TABLE {t} (
+                    event_id text PRIMARY KEY,
+                    type text NOT NULL,
+                    key text NOT NULL,
+                    seq bigint,
+                    status text NOT NULL CHECK (status IN ('applied', 'dead', 'replaying')),
+                    reason text,
+                    attempts integer NOT NULL DEFAULT 0,
+                    memories integer,
+                    created_at timestamptz NOT NULL DEFAULT now(),
+                    updated_at timestamptz NOT NULL DEFAULT now()
+                )""",
+                "CREATE INDEX {p}_dead ON {t} (updated_at) WHERE status = 'dead'",
+            ),
+        ),
+        Migration(
+            2,
+            "newest applied sequence per key",
+            ("CREATE INDEX {p}_key ON {t} (type, key, seq) WHERE status = 'applied'",),
+        ),
+        Migration(
+            3,
+            "owned by the owner role; the application role records, the operators replay",
+            (
+                "GRANT SELECT, INSERT, UPDATE ON {t} TO tulip_dml",
+                "GRANT SELECT ON {t}_migrations TO tulip_dml, tulip_ops",
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON {t} TO tulip_ops",
+            ),
+        ),
+        Migration(
+            4,
+            "rows of a tenant, under forced row-level security; reasons redacted",
+            (
+                "ALTER TABLE {t} ADD COLUMN tenant text",
+                """UPDATE {t} SET tenant = CASE
+                    WHEN type = 'session.ended' OR strpos(key, chr(31)) > 0
+                    THEN split_part(key, chr(31), 1)
+                    WHEN type = 'unknown' THEN '_unknown' ELSE '_threads' END""",
+                "UPDATE {t} SET reason = {redacted} WHERE reason IS NOT NULL",
+                "ALTER TABLE {t} ALTER COLUMN tenant SET NOT NULL",
+                "ALTER TABLE {t} DROP CONSTRAINT {p}_pkey",
+                "ALTER TABLE {t} ADD PRIMARY KEY (tenant, event_id)",
+                "DROP INDEX {t}_key",
+                "CREATE INDEX {p}_key ON {t} (tenant, type, key, seq) WHERE status = 'applied'",
+                "ALTER TABLE {t} ENABLE ROW LEVEL SECURITY",
+                "ALTER TABLE {t} FORCE ROW LEVEL SECURITY",
+                """CREATE POLICY {p}_tenant ON {t}
+                    USING (tenant = current_setting('tulip.tenant', true))
+                    WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
+            ),
+        ),
+        Migration(
+            5,
+            "an event whose write the sequence fence skipped is superseded, not applied",
+            (
+                "ALTER TABLE {t} DROP CONSTRAINT {p}_status_check",
+                """ALTER TABLE {t} ADD CONSTRAINT {p}_status_check
+                    CHECK (status IN ('applied', 'superseded', 'dead', 'replaying'))""",
+            ),
+        ),
     ),
-]
-
-_MIGRATIONS.append(
-    (
-        2,
-        "newest applied sequence per key",
-        [
-            f"CREATE INDEX tulip_event_ledger_key ON {TABLE} (type, key, seq) "
-            "WHERE status = 'applied'"
-        ],
-    )
 )
-
-_MIGRATIONS.append(
-    (
-        3,
-        "owned by the owner role; the application role records, the operators replay",
-        [
-            f"GRANT SELECT, INSERT, UPDATE ON {TABLE} TO tulip_dml",
-            f"GRANT SELECT ON {TABLE}_migrations TO tulip_dml, tulip_ops",
-            f"GRANT SELECT, INSERT, UPDATE, DELETE ON {TABLE} TO tulip_ops",
-        ],
-    )
-)
-
-_MIGRATIONS.append(
-    (
-        4,
-        "rows of a tenant, under forced row-level security; reasons redacted",
-        [
-            f"ALTER TABLE {TABLE} ADD COLUMN tenant text",
-            f"""UPDATE {TABLE} SET tenant = CASE
-                WHEN type = 'session.ended' OR strpos(key, chr(31)) > 0
-                THEN split_part(key, chr(31), 1)
-                WHEN type = 'unknown' THEN '_unknown' ELSE '_threads' END""",
-            f"UPDATE {TABLE} SET reason = {REDACT_SQL.format(r='reason')} WHERE reason IS NOT NULL",
-            f"ALTER TABLE {TABLE} ALTER COLUMN tenant SET NOT NULL",
-            f"ALTER TABLE {TABLE} DROP CONSTRAINT tulip_event_ledger_pkey",
-            f"ALTER TABLE {TABLE} ADD PRIMARY KEY (tenant, event_id)",
-            "DROP INDEX public.tulip_event_ledger_key",
-            f"CREATE INDEX tulip_event_ledger_key ON {TABLE} (tenant, type, key, seq) "
-            "WHERE status = 'applied'",
-            f"ALTER TABLE {TABLE} ENABLE ROW LEVEL SECURITY",
-            f"ALTER TABLE {TABLE} FORCE ROW LEVEL SECURITY",
-            f"""CREATE POLICY tulip_event_ledger_tenant ON {TABLE}
-                USING (tenant = current_setting('tulip.tenant', true))
-                WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
-        ],
-    )
-)
-
-_MIGRATIONS.append(
-    (
-        5,
-        "an event whose write the sequence fence skipped is superseded, not applied",
-        [
-            f"ALTER TABLE {TABLE} DROP CONSTRAINT tulip_event_ledger_status_check",
-            f"""ALTER TABLE {TABLE} ADD CONSTRAINT tulip_event_ledger_status_check
-                CHECK (status IN ('applied', 'superseded', 'dead', 'replaying'))""",
-        ],
-    )
-)
+#: What the ledger's templates name besides ``{t}``.
+_NAMES = {"p": TABLE.rpartition(".")[2], "redacted": render(REDACT_SQL, r="reason")}
 
 _GET = f"SELECT * FROM {TABLE} WHERE tenant = $1 AND event_id = $2"
 _NEWEST = f"""
@@ -172,15 +163,15 @@ class EventLedger:
 
     async def migrate(self, conn: Any) -> None:
         """Create or update the table; ``conn`` acts as the owner role."""
-        await apply_migrations(conn, TABLE, _MIGRATIONS)
+        await LEDGER.migrate(conn, TABLE, _NAMES)
 
     def expected(self) -> dict[str, Expected]:
         """What the migrations leave on the table (for the admin tools' audit)."""
-        return expected_objects(TABLE, [s for _, _, stmts in _MIGRATIONS for s in stmts])
+        return LEDGER.expected(TABLE, _NAMES)
 
     async def ensure(self, conn: Any) -> None:
         """Refuse a ledger that provisioning has not brought to this code's version."""
-        await verify_migrations(conn, TABLE, [v for v, _, _ in _MIGRATIONS])
+        await LEDGER.verify(conn, TABLE)
 
     async def get(self, conn: Any, event_id: str, *, tenant: str) -> LedgerEntry | None:
         """The event's row if it is ``tenant``'s (``conn`` pinned to it): another

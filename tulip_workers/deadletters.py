@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from tulip_memory.store.postgres.audit import Expected, expected_objects
-from tulip_memory.store.postgres.schema import Step, apply_migrations, verify_migrations
+from tulip_memory.store.postgres.audit import Expected
+from tulip_memory.store.postgres.family import Family, Migration
 
 TABLE = "public.tulip_dead_letters"
 #: The tenant recorded for an event too malformed to name its own.
@@ -29,60 +29,60 @@ UNKNOWN_TENANT = "_unknown"
 MAX_REASON_CHARS = 2000
 _MAX_NAME_CHARS = 2048
 
-_MIGRATIONS: list[Step] = [
+#: Templates over ``{t}`` (the table) and ``{p}`` (its bare name).
+LETTERS = Family(
+    "dead letters",
     (
-        1,
-        "dead letters",
-        [
-            f"""CREATE TABLE {TABLE} (
-                event_id text PRIMARY KEY,
-                tenant text NOT NULL,
-                type text,
-                key text,
-                seq bigint,
-                reason text NOT NULL,
-                body text NOT NULL,
-                attempts integer NOT NULL,
-                failed_at timestamptz NOT NULL DEFAULT now(),
-                replayed_at timestamptz
-            )""",
-            f"ALTER TABLE {TABLE} ENABLE ROW LEVEL SECURITY",
-            f"ALTER TABLE {TABLE} FORCE ROW LEVEL SECURITY",
-            f"""CREATE POLICY tulip_dead_letters_tenant ON {TABLE}
-                USING (tenant = current_setting('tulip.tenant', true))
-                WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
-        ],
+        Migration(
+            1,
+            "dead letters",
+            (
+                """CREATE TABLE {t} (
+                    event_id text PRIMARY KEY,
+                    tenant text NOT NULL,
+                    type text,
+                    key text,
+                    seq bigint,
+                    reason text NOT NULL,
+                    body text NOT NULL,
+                    attempts integer NOT NULL,
+                    failed_at timestamptz NOT NULL DEFAULT now(),
+                    replayed_at timestamptz
+                )""",
+                "ALTER TABLE {t} ENABLE ROW LEVEL SECURITY",
+                "ALTER TABLE {t} FORCE ROW LEVEL SECURITY",
+                """CREATE POLICY {p}_tenant ON {t}
+                    USING (tenant = current_setting('tulip.tenant', true))
+                    WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
+            ),
+        ),
+        Migration(
+            2,
+            "owned by the owner role; workers write, the operators read and replay",
+            (
+                "GRANT SELECT, INSERT, UPDATE ON {t} TO tulip_dml",
+                "GRANT SELECT ON {t}_migrations TO tulip_dml, tulip_ops",
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON {t} TO tulip_ops",
+            ),
+        ),
+        Migration(
+            3,
+            "dead letter bodies as bytes, with digest and size",
+            (
+                "ALTER TABLE {t} ADD COLUMN raw bytea",
+                "ALTER TABLE {t} ADD COLUMN sha256 text",
+                "ALTER TABLE {t} ADD COLUMN size bigint",
+                """UPDATE {t} SET raw = convert_to(body, 'UTF8'),
+                    sha256 = encode(sha256(convert_to(body, 'UTF8')), 'hex'),
+                    size = octet_length(convert_to(body, 'UTF8'))""",
+                "ALTER TABLE {t} DROP COLUMN body",
+                "ALTER TABLE {t} ALTER COLUMN sha256 SET NOT NULL",
+                "ALTER TABLE {t} ALTER COLUMN size SET NOT NULL",
+            ),
+        ),
     ),
-]
-
-_MIGRATIONS.append(
-    (
-        2,
-        "owned by the owner role; workers write, the operators read and replay",
-        [
-            f"GRANT SELECT, INSERT, UPDATE ON {TABLE} TO tulip_dml",
-            f"GRANT SELECT ON {TABLE}_migrations TO tulip_dml, tulip_ops",
-            f"GRANT SELECT, INSERT, UPDATE, DELETE ON {TABLE} TO tulip_ops",
-        ],
-    )
 )
-_MIGRATIONS.append(
-    (
-        3,
-        "dead letter bodies as bytes, with digest and size",
-        [
-            f"ALTER TABLE {TABLE} ADD COLUMN raw bytea",
-            f"ALTER TABLE {TABLE} ADD COLUMN sha256 text",
-            f"ALTER TABLE {TABLE} ADD COLUMN size bigint",
-            f"""UPDATE {TABLE} SET raw = convert_to(body, 'UTF8'),
-                sha256 = encode(sha256(convert_to(body, 'UTF8')), 'hex'),
-                size = octet_length(convert_to(body, 'UTF8'))""",
-            f"ALTER TABLE {TABLE} DROP COLUMN body",
-            f"ALTER TABLE {TABLE} ALTER COLUMN sha256 SET NOT NULL",
-            f"ALTER TABLE {TABLE} ALTER COLUMN size SET NOT NULL",
-        ],
-    )
-)
+_NAMES = {"p": TABLE.rpartition(".")[2]}
 
 _PUT = f"""
 INSERT INTO {TABLE} (event_id, tenant, type, key, seq, reason, raw, sha256, size, attempts)
@@ -201,15 +201,15 @@ class DeadLetters:
 
     async def migrate(self, conn: Any) -> None:
         """Create or update the table; ``conn`` acts as the owner role."""
-        await apply_migrations(conn, TABLE, _MIGRATIONS)
+        await LETTERS.migrate(conn, TABLE, _NAMES)
 
     def expected(self) -> dict[str, Expected]:
         """What the migrations leave on the table (for the admin tools' audit)."""
-        return expected_objects(TABLE, [s for _, _, stmts in _MIGRATIONS for s in stmts])
+        return LETTERS.expected(TABLE, _NAMES)
 
     async def ensure(self, conn: Any) -> None:
         """Refuse a table that provisioning has not brought to this code's version."""
-        await verify_migrations(conn, TABLE, [v for v, _, _ in _MIGRATIONS])
+        await LETTERS.verify(conn, TABLE)
 
     async def put(self, conn: Any, letter: DeadLetter) -> None:
         values = [getattr(letter, f) for f in _FIELDS]

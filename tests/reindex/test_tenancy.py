@@ -18,8 +18,8 @@ from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.reindex import Reindexer, ReindexJob
 from tulip_memory.store import PgMemory
 from tulip_memory.store.postgres.admin import as_owner
-from tulip_memory.store.postgres.migrations import MIGRATIONS, render
-from tulip_memory.store.postgres.schema import apply_migrations
+from tulip_memory.store.postgres.family import apply_migrations
+from tulip_memory.store.postgres.migrations import MEMORIES, names
 from tulip_workers.reindexing import batch_args
 
 Batch = tuple[int, int, str]
@@ -166,12 +166,9 @@ async def test_tables_of_the_previous_schema_migrate_in_place(postgres: Postgres
     under row-level security without losing a row."""
     name = f"rt_{uuid.uuid4().hex[:10]}"
     table = f"public.{name}"
-    previous = [m for m in MIGRATIONS if m.version < 14]
-    assert [m.version for m in MIGRATIONS if m.version >= 14] == [14]
-    steps = [
-        (m.version, m.name, render(m, table=table, name=name, dim=32, ann=True, tsconfig="english"))
-        for m in previous
-    ]
+    assert [v for v in MEMORIES.versions if v >= 14] == [14]
+    placeholders = {"t": table, **names(name=name, dim=32, tsconfig="english")}
+    steps = MEMORIES.steps(placeholders, upto=13)
     async with as_owner(postgres.admin_dsn) as owner:
         await apply_migrations(owner, table, steps)
         await owner.execute(

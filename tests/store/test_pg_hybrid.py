@@ -31,8 +31,8 @@ from tulip_memory.store import PgMemory
 from tulip_memory.store.fusion import WORD_HASHING, HybridRanking
 from tulip_memory.store.postgres import store as pg_store_module
 from tulip_memory.store.postgres.admin import as_owner
-from tulip_memory.store.postgres.migrations import MIGRATIONS, render
-from tulip_memory.store.postgres.schema import apply_migrations
+from tulip_memory.store.postgres.family import apply_migrations
+from tulip_memory.store.postgres.migrations import MEMORIES, names
 from tulip_memory.store.postgres.store import TurnsIn
 from tulip_memory.store.postgres.writer import TurnRow
 
@@ -457,11 +457,8 @@ async def test_an_existing_table_gains_full_text_search(
 ) -> None:
     name = fresh_table()
     table = f"public.{name}"
-    steps = [
-        (m.version, m.name, render(m, table=table, name=name, dim=16, ann=True, tsconfig="english"))
-        for m in MIGRATIONS
-        if m.version <= 5
-    ]
+    placeholders = {"t": table, **names(name=name, dim=16, tsconfig="english")}
+    steps = MEMORIES.steps(placeholders, upto=5)
     async with as_owner(postgres.admin_dsn) as conn:  # a table of the previous schema
         await apply_migrations(conn, table, steps)
         async with conn.transaction():
@@ -478,7 +475,7 @@ async def test_an_existing_table_gains_full_text_search(
         conn = await asyncpg.connect(pg_dsn)
         try:
             versions = await conn.fetch(f"SELECT version FROM {table}_migrations ORDER BY 1")
-            assert [r["version"] for r in versions] == [m.version for m in MIGRATIONS]
+            assert [r["version"] for r in versions] == MEMORIES.versions
             indexes = {
                 r["indexname"]
                 for r in await conn.fetch(

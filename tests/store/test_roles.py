@@ -24,8 +24,8 @@ from tulip_memory.reindex import Reindexer, ReindexError
 from tulip_memory.store import PgMemory
 from tulip_memory.store.postgres import admin
 from tulip_memory.store.postgres.admin import OWNER, ProvisionError
-from tulip_memory.store.postgres.migrations import MIGRATIONS, render
-from tulip_memory.store.postgres.schema import apply_migrations
+from tulip_memory.store.postgres.family import apply_migrations
+from tulip_memory.store.postgres.migrations import MEMORIES, names
 from tulip_ops.provision import provision
 from tulip_wire.events import encode, session_ended
 from tulip_workers import dlq
@@ -217,16 +217,8 @@ async def test_an_existing_deployment_migrates_in_place(
     try:
         await op.execute(f"GRANT CREATE ON SCHEMA public TO {APP_ROLE}")
         await op.execute(f"SET ROLE {APP_ROLE}")
-        old = [m for m in MIGRATIONS if m.version <= 9]
-        steps = [
-            (
-                m.version,
-                m.name,
-                render(m, table=table, name=name, dim=128, ann=True, tsconfig="english"),
-            )
-            for m in old
-        ]
-        await apply_migrations(op, table, steps)
+        placeholders = {"t": table, **names(name=name, dim=128, tsconfig="english")}
+        await apply_migrations(op, table, MEMORIES.steps(placeholders, upto=9))
         await op.execute(
             f"INSERT INTO {table}_slots (slot, model, dim) VALUES ('embedding', 'hrr-64', 128)"
         )

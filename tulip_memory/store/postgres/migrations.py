@@ -1,29 +1,18 @@
-"""The ordered migration list of a ``PgMemory`` table, recorded in ``<table>_migrations``.
+"""The memories family (:data:`MEMORIES`): a ``PgMemory`` table and its companions,
+recorded in ``<table>_migrations`` (see :mod:`~tulip_memory.store.postgres.family`).
 
 Each migration is a list of statement templates over ``{t}`` (qualified table),
 ``{p}`` (bare table name, for index and policy names), ``{dim}`` (vector width) and
 ``{tsconfig}`` (the text search configuration, a validated name rendered as a
-``regconfig`` literal: a generated column's expression cannot take a parameter).
-Migrations run once each, in order, as the owner role (provisioning, or a store built
-with ``migrator=``), inside one transaction holding an advisory lock on the table
-name, so concurrent migrators apply them once. The application role only verifies
-that its table is at the newest version.
+``regconfig`` literal: a generated column's expression cannot take a parameter);
+:func:`names` gives them for one table. They run as the owner role (provisioning, or
+a store built with ``migrator=``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from tulip_memory.store.postgres.audit import Expected, expected_objects
-from tulip_memory.store.postgres.render import render as render_sql
-
-
-@dataclass(frozen=True)
-class Migration:
-    version: int
-    name: str
-    statements: tuple[str, ...]
-    needs_ann: bool = False
+from tulip_memory.store.postgres.audit import Expected
+from tulip_memory.store.postgres.family import Family, Migration
 
 
 def _ns_stats(t: str, p: str) -> tuple[str, ...]:
@@ -409,26 +398,19 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 
 
-def render(
-    migration: Migration, *, table: str, name: str, dim: int, ann: bool, tsconfig: str
-) -> list[str]:
-    """The statements of ``migration`` for one table; none when it needs an ANN index
-    the table cannot have (vectors wider than pgvector's index limit). ``tsconfig``
-    must already be a validated configuration name (no quotes can occur in it)."""
-    if migration.needs_ann and not ann:
-        return []
+MEMORIES = Family("memories", MIGRATIONS)
+
+
+def names(*, name: str, dim: int, tsconfig: str) -> dict[str, object]:
+    """The placeholders of :data:`MEMORIES` (but ``{t}``) for one table: ``name`` its
+    bare name, ``dim`` its vector width; ``tsconfig`` must already be a validated
+    configuration name (no quotes can occur in it)."""
     if "'" in tsconfig:
         raise ValueError(f"not a text search configuration name: {tsconfig!r}")
-    literal = f"'{tsconfig}'::regconfig"
-    return [render_sql(s, t=table, p=name, dim=dim, tsconfig=literal) for s in migration.statements]
+    return {"p": name, "dim": dim, "tsconfig": f"'{tsconfig}'::regconfig"}
 
 
 def expected(table: str, name: str) -> dict[str, Expected]:
     """What the migrations leave on ``table`` and its companion tables (for
     :func:`~tulip_memory.store.postgres.audit.audit`)."""
-    statements = [
-        s
-        for m in MIGRATIONS
-        for s in render(m, table=table, name=name, dim=1, ann=True, tsconfig="simple")
-    ]
-    return expected_objects(table, statements)
+    return MEMORIES.expected(table, names(name=name, dim=1, tsconfig="simple"))

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tulip_memory.errors import SchemaError
 from tulip_memory.store.postgres import sql
-from tulip_memory.store.postgres.migrations import MIGRATIONS
-from tulip_memory.store.postgres.migrations import render as render_migration
+from tulip_memory.store.postgres.migrations import MEMORIES, names
 from tulip_memory.store.postgres.render import render
-
-#: ``(version, name, statements)`` of one migration, rendered for one table.
-Step = tuple[int, str, list[str]]
 
 
 async def migrate_schema(
@@ -32,17 +27,8 @@ async def migrate_schema(
     to build it (its model string and API base) when a model string can."""
     await _ensure_vector(conn)
     await _check_text_search_config(conn, text_search_config)
-    steps = [
-        (
-            m.version,
-            m.name,
-            render_migration(
-                m, table=table, name=name, dim=dim, ann=ann, tsconfig=text_search_config
-            ),
-        )
-        for m in MIGRATIONS
-    ]
-    applied = await apply_migrations(conn, table, steps)
+    placeholders = names(name=name, dim=dim, tsconfig=text_search_config)
+    applied = await MEMORIES.migrate(conn, table, placeholders, ann=ann)
     spec_text, api_base = spec if spec is not None else (None, None)
     await conn.execute(render(sql.SEED_SLOT, t=table), model, dim, spec_text, api_base)
     return applied
@@ -53,48 +39,9 @@ async def verify_schema(conn: Any, *, table: str, dim: int, text_search_config: 
     width or text search configuration is not this store's. The application role
     never migrates: it cannot (it owns nothing and has no CREATE on the schema)."""
     await _check_text_search_config(conn, text_search_config)
-    await verify_migrations(conn, table, [m.version for m in MIGRATIONS])
+    await MEMORIES.verify(conn, table)
     await _check_width(conn, table, dim)
     await _check_table_text_search_config(conn, table, text_search_config)
-
-
-async def verify_migrations(conn: Any, table: str, versions: list[int]) -> None:
-    """Raise :class:`SchemaError` unless ``<table>_migrations`` records ``versions``."""
-    import asyncpg
-
-    done: set[int] = set()
-    try:
-        if await conn.fetchval(sql.RELATION_EXISTS, f"{table}_migrations"):
-            done = {r["version"] for r in await conn.fetch(render(sql.APPLIED_VERSIONS, t=table))}
-    except asyncpg.InsufficientPrivilegeError:
-        pass  # provisioned before the grants migration: the same answer
-    missing = sorted(set(versions) - done)
-    if missing:
-        state = f"lacks migrations {missing}" if done else "does not exist yet"
-        raise SchemaError(
-            f"{table} {state}: migrations run as the owner role, never as the "
-            "application role. Run `tulip-memory provision` with "
-            "TULIP_DATABASE_ADMIN_URL (or build the store with migrator=<admin DSN>)"
-        )
-
-
-async def apply_migrations(conn: Any, table: str, steps: list[Step]) -> list[int]:
-    """Apply the steps ``<table>_migrations`` has not recorded, in order, in one
-    transaction under an advisory lock on the table name (concurrent migrators
-    migrate once). ``conn`` acts as the owner role."""
-    applied_now: list[int] = []
-    async with conn.transaction():
-        await conn.execute(sql.MIGRATION_LOCK, table)
-        await conn.execute(render(sql.CREATE_VERSION_TABLE, t=table))
-        done = {r["version"] for r in await conn.fetch(render(sql.APPLIED_VERSIONS, t=table))}
-        for version, label, statements in steps:
-            if version in done:
-                continue
-            for stmt in statements:
-                await conn.execute(stmt)
-            await conn.execute(render(sql.RECORD_VERSION, t=table), version, label)
-            applied_now.append(version)
-    return applied_now
 
 
 async def _ensure_vector(conn: Any) -> None:
