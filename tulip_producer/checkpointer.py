@@ -113,7 +113,7 @@ class QueuedCheckpointer:
         pending = self.reader.pending
         if pending is None:
             return False
-        return await asyncio.to_thread(pending.get, self.tenant, thread_id) is not None
+        return await asyncio.to_thread(pending.exists, self.tenant, thread_id)
 
     async def close(self) -> None:
         await self.producer.close()

@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
@@ -39,6 +40,7 @@ from redis.retry import Retry
 from tulip_memory.errors import TulipMemoryError
 from tulip_memory.messages import Message
 from tulip_memory.state import AgentState
+from tulip_producer.bases import PublishedBases
 from tulip_producer.settings import ProducerSettings
 from tulip_producer.spool import Spool, SpooledEvent
 from tulip_wire import events
@@ -55,10 +57,11 @@ from tulip_wire.events import (
     namespace_key,
     thread_key,
 )
-from tulip_wire.pending import PendingStates
+from tulip_wire.pending import PendingStates, entry_text
 from tulip_wire.published import PublishedEvents
 from tulip_wire.routing import ShardRouter, stable_hash
 from tulip_wire.signing import signer_of
+from tulip_wire.statedelta import NotJSON, advance, canonical
 from tulip_wire.topology import (
     CHECKPOINT_QUEUE_PREFIX,
     EXTRACT_QUEUE_PREFIX,
@@ -182,13 +185,20 @@ class _Publisher:
             {"confirm_timeout": settings.publish_timeout} if settings.broker_is_amqp else {}
         )
 
-    def publish(self, env: Envelope) -> None:
-        """Assign the key's next sequence number, mark the id published (one round
-        trip for both), and send."""
-        pipe = self._redis.pipeline(transaction=False)
+    def publish(self, env: Envelope, pending: _Pending | None = None) -> None:
+        """Assign the key's next sequence number, mark the id published, append the
+        save to its thread's pending list (one round trip for all), and send.
+
+        With ``pending`` the round trip is a transaction: the pending list is in the
+        order of the sequence numbers, whatever other producers do meanwhile."""
+        pipe = self._redis.pipeline(transaction=pending is not None)
         pipe.incr(SEQ_KEY_PREFIX + env.key)
         PublishedEvents.mark(pipe, env.id, env.key, self._status_ttl)
-        seq, _ = pipe.execute()
+        if pending is not None:
+            PendingStates.push(
+                pipe, pending.tenant, pending.thread_id, pending.entry, self._pending_ttl
+            )
+        seq = pipe.execute()[0]
         env = env.with_seq(int(seq))
         self.send(env, self._wire(env))
 
@@ -240,13 +250,14 @@ class _Publisher:
     def _signed(self, env: Envelope) -> Envelope:
         return env if self._signer is None else self._signer.sign(env)
 
-    def put_pending(
-        self, tenant: str, thread_id: str, checkpoint_id: str, state: dict[str, Any]
-    ) -> None:
-        """The read-your-writes overlay; with Redis down the event still goes out (or to
-        the spool), only the overlay is missing until the worker writes the state."""
+    def put_pending(self, pending: _Pending) -> None:
+        """The read-your-writes overlay alone (the event goes to the spool); with Redis
+        down the event still goes to the spool, only the overlay is missing until the
+        worker writes the state."""
         try:
-            self._pending.put(tenant, thread_id, checkpoint_id, state, self._pending_ttl)
+            self._pending.append(
+                pending.tenant, pending.thread_id, pending.entry, self._pending_ttl
+            )
         except redis.RedisError as e:
             log.warning(
                 "pending state of a checkpoint not stored (%s): read-your-writes "
@@ -257,6 +268,15 @@ class _Publisher:
     def close(self) -> None:
         self._connections.force_close_all()
         self._redis.close()
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A save's entry for its thread's pending list (:func:`tulip_wire.pending.entry_text`)."""
+
+    tenant: str
+    thread_id: str
+    entry: str
 
 
 def _redis_client(settings: ProducerSettings) -> redis.Redis:
@@ -367,9 +387,15 @@ class Producer:
     """Publishes memory events for a chat backend; thread-safe; see the module docstring."""
 
     def __init__(
-        self, settings: ProducerSettings, *, claims: ClaimCheckStore | None = None
+        self,
+        settings: ProducerSettings,
+        *,
+        claims: ClaimCheckStore | None = None,
+        bases: PublishedBases | None = None,
     ) -> None:
         self.settings = settings
+        #: The last state published per thread, which the next save's delta builds on.
+        self.bases = bases if bases is not None else PublishedBases()
         claims = claims or ClaimCheckStore.from_url(
             settings.claim_check_url, endpoint_url=settings.s3_endpoint_url
         )
@@ -442,21 +468,53 @@ class Producer:
         """Publish ``tenant``'s thread's new state (or spool it); returns its checkpoint id.
 
         Thread state is keyed by (tenant, thread id): the same thread id in another
-        tenant is another thread. The state first becomes the thread's pending state in
-        Redis, so ``Reader.load(thread_id, tenant=tenant)`` returns it before any worker
-        has written it (read your writes). A state that is not JSON-serializable, or a
-        tenant that is not a namespace part, is refused before anything happens.
+        tenant is another thread. The event carries what changed since the last state
+        this producer published for the thread (:attr:`bases`; a tail of appended
+        messages, else a patch) with that checkpoint's id and the digest of the new
+        state, or the whole state when there is no known base or the change would not
+        be smaller. The save is appended to the thread's pending list in Redis in the
+        round trip that sequences it, so ``Reader.load(thread_id, tenant=tenant)``
+        returns it before any worker has written it (read your writes). A state that is
+        not JSON-serializable, or a tenant that is not a namespace part, is refused
+        before anything happens.
         """
-        data = state.to_checkpoint() if isinstance(state, AgentState) else dict(state)
         checkpoint_id = uuid.uuid4().hex
-        env = events.checkpoint_saved(tenant, thread_id, checkpoint_id, data, ts=time.time())
-        text = encode(env)
-        with self._gate.entered(), self._key_locks(env.key):
-            self._publisher.put_pending(tenant, thread_id, checkpoint_id, data)
-            if self._spool or not self._try_publish(env):
-                self._spool.append(text)
-                self._flusher.wake()
+        data = _checkpoint_data(state, checkpoint_id)
+        key = thread_key(tenant, thread_id)  # refuses a bad tenant first
+        with self._gate.entered(), self._key_locks(key):
+            known = self.bases.get(key)
+            try:
+                step = advance(known.snapshot if known is not None else None, data)
+            except NotJSON as e:
+                raise EventError(str(e), checkpoint_id) from e
+            now = time.time()
+            digest = step.snapshot.digest
+            if known is not None and step.patch is not None:
+                env = events.checkpoint_delta(
+                    tenant, thread_id, checkpoint_id, base=known.checkpoint_id,
+                    patch=step.patch, digest=digest, ts=now,
+                )  # fmt: skip
+                body = json.dumps(step.patch, ensure_ascii=False, allow_nan=False)
+                entry = entry_text(checkpoint_id, known.checkpoint_id, digest, body)
+            else:
+                env = events.checkpoint_saved(
+                    tenant, thread_id, checkpoint_id, data, ts=now, exact=True
+                )
+                body = canonical(step.snapshot.raw).decode("utf-8", "surrogatepass")
+                entry = entry_text(checkpoint_id, None, digest, body)
+            text = encode(env)
+            pending = _Pending(tenant, thread_id, entry)
+            if self._spool:
+                self._publisher.put_pending(pending)
+                self._spool_text(text)
+            elif not self._try_publish(env, pending):
+                self._spool_text(text)
+            self.bases.put(key, checkpoint_id, step.snapshot)
         return checkpoint_id
+
+    def _spool_text(self, text: str) -> None:
+        self._spool.append(text)
+        self._flusher.wake()
 
     def republish(self, encoded: str) -> None:
         """Publish an event again exactly as it was, sequence number included.
@@ -512,11 +570,11 @@ class Producer:
     ) -> None:
         self.close()
 
-    def _try_publish(self, env: Envelope) -> bool:
+    def _try_publish(self, env: Envelope, pending: _Pending | None = None) -> bool:
         # Any failure to hand the event over must not lose it: the caller spools it and
         # the flusher retries. The error is logged, not raised, on the request path.
         try:
-            self._publisher.publish(env)
+            self._publisher.publish(env, pending)
         except Exception as e:
             self._on_failure(env, e)
             return False
@@ -643,6 +701,17 @@ class AsyncProducer:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+
+def _checkpoint_data(state: AgentState | Mapping[str, Any], event_id: str) -> dict[str, Any]:
+    """The state as the checkpoint store keeps it: ``AgentState.to_checkpoint()``; a
+    mapping is read as an agent state first (so a delta's base is the stored form)."""
+    if isinstance(state, AgentState):
+        return state.to_checkpoint()
+    try:
+        return AgentState.from_checkpoint(dict(state)).to_checkpoint()
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise EventError(f"payload.state is not an agent state: {e}", event_id) from e
 
 
 def _message_list(messages: Any) -> list[Any]:

@@ -8,6 +8,7 @@ thread for synchronous backends.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,10 +29,12 @@ from tulip_memory.store.validation import NS_SEP, validate_namespace
 from tulip_memory.summaries import SummaryStore, compacted_view
 from tulip_memory.turns import TurnHit
 from tulip_producer.settings import CONTEXT_LENGTH, ReaderSettings
-from tulip_wire.pending import PendingStates, pending_states
+from tulip_wire.pending import PendingStates, pending_states, rebuild
 from tulip_wire.published import PublishedEvents, published_events
+from tulip_wire.statedelta import DeltaError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 TYPES = tuple(t.value for t in MemoryType)
 State = Literal["unknown", "pending", "applied", "superseded", "dead"]
 #: The states a worker is done with: the event will not change again.
@@ -136,10 +139,33 @@ class AsyncReader:
     ) -> AgentState | None:
         threads = self.threads(tenant)  # refuses a bad tenant or store before any read
         if self.pending is not None:
-            waiting = await asyncio.to_thread(self.pending.get, tenant, thread_id)
-            if waiting is not None and checkpoint_id in (None, waiting.checkpoint_id):
-                return AgentState.from_checkpoint(waiting.state)
+            waiting = await self._pending_state(tenant, thread_id, checkpoint_id)
+            if waiting is not None:
+                return AgentState.from_checkpoint(waiting)
         return await threads.load(thread_id, checkpoint_id)
+
+    async def _pending_state(
+        self, tenant: str, thread_id: str, checkpoint_id: str | None
+    ) -> dict[str, Any] | None:
+        """The checkpoint (the newest if None) from the thread's pending list, its chain
+        rooted in a whole state there or in a base the store has; None when it is not
+        pending or its chain does not rebuild (then the store answers)."""
+        assert self.pending is not None
+        chain = await asyncio.to_thread(self.pending.chain, tenant, thread_id, checkpoint_id)
+        if chain is None:
+            return None
+        root: dict[str, Any] | None = None
+        if chain.root is not None:
+            stored = await self.threads(tenant).load(thread_id, chain.root)
+            if stored is None:
+                log.warning("pending checkpoint's base %s is not durable yet", chain.root)
+                return None
+            root = stored.to_checkpoint()
+        try:
+            return await asyncio.to_thread(rebuild, chain, root)
+        except DeltaError as e:
+            log.warning("pending checkpoint does not rebuild (%s); loading from the store", e)
+            return None
 
     async def _compacted(
         self, tenant: str, thread_id: str, messages: list[Message]

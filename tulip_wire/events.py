@@ -54,6 +54,8 @@ DEFAULT_MAX_CLAIM_BYTES = 32 * 1024 * 1024
 #: JSON escapes of NUL and of UTF-16 surrogates: only with one of them in the body can
 #: the parsed text hold what no Postgres text column takes (checked precisely then).
 _SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+_HEX16 = re.compile(r"[0-9a-f]{16}")
 
 
 class EventError(TulipMemoryError, ValueError):
@@ -151,10 +153,17 @@ def thread_key(tenant: str, thread_id: str) -> str:
 
 
 def checkpoint_saved(
-    tenant: str, thread_id: str, checkpoint_id: str, state: Mapping[str, Any], *, ts: float
+    tenant: str,
+    thread_id: str,
+    checkpoint_id: str,
+    state: Mapping[str, Any],
+    *,
+    ts: float,
+    exact: bool = False,
 ) -> Envelope:
     """A ``checkpoint.saved`` event of ``tenant``'s thread carrying the state
-    (``AgentState.to_checkpoint()``)."""
+    (``AgentState.to_checkpoint()``); ``exact=True`` when the caller has already
+    checked that the state survives JSON exactly (:func:`tulip_wire.statedelta.snapshot`)."""
     payload = {
         "tenant": tenant,
         "thread_id": thread_id,
@@ -165,6 +174,8 @@ def checkpoint_saved(
     _check_payload(CHECKPOINT_SAVED, payload, event_id)  # the tenant too, before its key
     key = thread_key(tenant, thread_id)
     env = Envelope(type=CHECKPOINT_SAVED, key=key, payload=payload, ts=ts, id=event_id)
+    if exact:
+        return env
     try:
         exact = json.loads(json.dumps(payload["state"], allow_nan=False)) == payload["state"]
     except (TypeError, ValueError) as e:
@@ -177,6 +188,31 @@ def checkpoint_saved(
             env.id,
         )
     return env
+
+
+def checkpoint_delta(
+    tenant: str,
+    thread_id: str,
+    checkpoint_id: str,
+    *,
+    base: str,
+    patch: list[Any],
+    digest: str,
+    ts: float,
+) -> Envelope:
+    """A ``checkpoint.saved`` event carrying what changed since checkpoint ``base`` of
+    the same thread (a :mod:`~tulip_wire.statedelta` patch) and the digest of the
+    state it makes, instead of the whole state."""
+    payload = {
+        "tenant": tenant,
+        "thread_id": thread_id,
+        "checkpoint_id": checkpoint_id,
+        "delta": {"base": base, "patch": patch, "digest": digest},
+    }
+    event_id = uuid.uuid4().hex
+    _check_payload(CHECKPOINT_SAVED, payload, event_id)
+    key = thread_key(tenant, thread_id)
+    return Envelope(type=CHECKPOINT_SAVED, key=key, payload=payload, ts=ts, id=event_id)
 
 
 def encode(env: Envelope) -> str:
@@ -367,10 +403,31 @@ def _check_checkpoint_saved(p: dict[str, Any], event_id: str) -> None:
     cid = p.get("checkpoint_id")
     if not isinstance(cid, str) or len(cid) != 32 or not all(c in "0123456789abcdef" for c in cid):
         raise EventError("payload.checkpoint_id must be 32 lower-case hex digits", event_id)
+    if ("state" in p) == ("delta" in p):
+        raise EventError("payload must hold exactly one of state and delta", event_id)
+    if "delta" in p:
+        _check_delta(p["delta"], cid, event_id)
+        return
     try:
         AgentState.from_checkpoint(p.get("state"))  # type: ignore[arg-type]
     except (TypeError, ValueError, KeyError, AttributeError) as e:
         raise EventError(f"payload.state is not an agent state: {e}", event_id) from e
+
+
+def _check_delta(delta: Any, checkpoint_id: str, event_id: str) -> None:
+    """A delta's shape; whether it applies is the worker's check, against its base."""
+    if not isinstance(delta, dict) or set(delta) != {"base", "patch", "digest"}:
+        raise EventError("payload.delta must be an object of base, patch and digest", event_id)
+    base, digest = delta["base"], delta["digest"]
+    if not isinstance(base, str) or not _HEX32.fullmatch(base) or base == checkpoint_id:
+        raise EventError(
+            "payload.delta.base must be another checkpoint id (32 lower-case hex digits)",
+            event_id,
+        )
+    if not isinstance(digest, str) or not _HEX16.fullmatch(digest):
+        raise EventError("payload.delta.digest must be 16 lower-case hex digits", event_id)
+    if not isinstance(delta["patch"], list) or not delta["patch"]:
+        raise EventError("payload.delta.patch must be a patch (a non-empty list)", event_id)
 
 
 def _check_session_ended(p: dict[str, Any], event_id: str) -> None:

@@ -1,32 +1,44 @@
-"""Read your writes: a thread's newest state waits in Redis until it is durable.
+"""Read your writes: a thread's newest states wait in Redis until they are durable.
 
-``Producer.checkpoint_saved`` puts the state here before publishing, so
-``Reader.load`` returns it at once, before any worker ran. The checkpoint worker
-removes it only after the checkpoint store has the state, and only if no newer
-state replaced it meanwhile (compare-and-delete in one Lua script). A pending state
-expires only after a generous TTL, and by then its event has long been written:
-it is never the only copy of anything older than the newest save.
+``Producer.checkpoint_saved`` appends each save here in the same round trip that
+gives the event its sequence number, so ``Reader.load`` returns it at once, before
+any worker ran. A save is appended as the producer sends it: the whole state, or a
+delta (:mod:`~tulip_wire.statedelta`) onto a base checkpoint with the digest of the
+state it makes. A reader rebuilds a checkpoint by following bases back through the
+list to a whole state, or to a base no longer in the list, which is then durable
+(the worker trims only what the checkpoint store has) and loaded from the store.
 
-Keys are per (tenant, thread id): ``tulip:pending:<tenant>\\x1f<thread id>``
+The checkpoint worker trims the list after the store has a checkpoint: that entry
+and every one before it (one Lua script), so later saves stay. A pending list expires
+only after a generous TTL (refreshed by every save), and by then its events have long
+been written: it is never the only copy of anything older than the newest save.
+
+Keys are per (tenant, thread id): ``tulip:pending-log:<tenant>\\x1f<thread id>``
 (:func:`~tulip_wire.events.thread_key`, injective: a tenant holds no ``\\x1f``), so
-the same thread id in two tenants is two pending states.
+the same thread id in two tenants is two lists.
 
-Value layout: ``<checkpoint id: 32 hex>`` ``\\n`` ``<JSON of the state>``, so the
-compare-and-delete never parses a state.
+Entry layout: ``<checkpoint id: 32 hex><base: 32 hex, or 32 "-" for a whole state>
+<digest: 16 hex>`` ``\\n`` ``<JSON of the state or of the patch>``, so the trim
+never parses a state.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tulip_memory.delta.diff import apply
 from tulip_wire.endpoints import redis_client
 from tulip_wire.events import thread_key
+from tulip_wire.statedelta import DeltaError, apply_delta, digest_of
 from tulip_wire.topology import PENDING_KEY_PREFIX
 
-_CAD = (Path(__file__).parent / "lua" / "pending_cad.lua").read_text()
+_TRIM = (Path(__file__).parent / "lua" / "pending_trim.lua").read_text()
+_NO_BASE = "-" * 32
+_HEADER = 32 + 32 + 16
 
 
 @dataclass(frozen=True)
@@ -35,30 +47,169 @@ class PendingState:
     state: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class PendingEntry:
+    """One save in the list: a whole state (``base`` None) or a patch onto ``base``."""
+
+    checkpoint_id: str
+    base: str | None
+    digest: str
+    body: bytes
+
+    def value(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True)
+class Chain:
+    """What rebuilds a checkpoint: ``root`` (a base to load from the store, or None
+    when ``steps[0]`` is a whole state), then ``steps`` applied in order."""
+
+    root: str | None
+    steps: tuple[PendingEntry, ...]
+
+    @property
+    def checkpoint_id(self) -> str:
+        return self.steps[-1].checkpoint_id
+
+
+def entry_text(checkpoint_id: str, base: str | None, digest: str, body: str) -> str:
+    """One list entry: ``body`` is the JSON of the state, or of the patch onto ``base``."""
+    return f"{checkpoint_id}{base or _NO_BASE}{digest}\n{body}"
+
+
+def parse_entry(raw: bytes) -> PendingEntry | None:
+    """An entry of the list, None when it is not one (a foreign or damaged value)."""
+    head, sep, body = raw.partition(b"\n")
+    if not sep or len(head) != _HEADER:
+        return None
+    text = head.decode("ascii", "replace")
+    base = text[32:64]
+    return PendingEntry(text[:32], None if base == _NO_BASE else base, text[64:], body)
+
+
+def chain_of(entries: Sequence[PendingEntry], checkpoint_id: str | None = None) -> Chain | None:
+    """The chain of ``checkpoint_id`` (the newest entry if None), None if it is not listed.
+
+    Bases are followed back only to earlier entries, so a damaged list cannot loop.
+    """
+    where = {e.checkpoint_id: i for i, e in enumerate(entries)}
+    if not entries:
+        return None
+    i = len(entries) - 1 if checkpoint_id is None else where.get(checkpoint_id)
+    if i is None:
+        return None
+    steps: list[PendingEntry] = []
+    while True:
+        entry = entries[i]
+        steps.append(entry)
+        if entry.base is None:
+            return Chain(None, tuple(reversed(steps)))
+        j = where.get(entry.base)
+        if j is None or j >= i:
+            return Chain(entry.base, tuple(reversed(steps)))
+        i = j
+
+
+def rebuild(chain: Chain, base: dict[str, Any] | None) -> dict[str, Any]:
+    """The state ``chain`` makes of ``base`` (the root's state; None for a chain that
+    starts whole); :class:`DeltaError` naming the base when a step does not fit."""
+    state: dict[str, Any] | None = None if base is None else base
+    last_base = chain.root or ""
+    for step in chain.steps:
+        if step.base is None:
+            state = step.value()
+            if not isinstance(state, dict):
+                raise DeltaError(f"pending checkpoint {step.checkpoint_id} is not an object")
+        elif state is None:
+            raise DeltaError(f"the base checkpoint {step.base} of a pending delta is unknown")
+        else:
+            state = _applied(state, step)
+            last_base = step.base
+    assert state is not None
+    if chain.steps[-1].base is None:
+        return state
+    got = digest_of(state)
+    if got != chain.steps[-1].digest:
+        raise DeltaError(
+            f"pending checkpoint {chain.checkpoint_id} rebuilds to digest {got}, not "
+            f"{chain.steps[-1].digest} (last base {last_base})"
+        )
+    return state
+
+
+def _applied(state: dict[str, Any], step: PendingEntry) -> dict[str, Any]:
+    """One step without its digest check (the chain's end is checked once)."""
+    try:
+        out = apply(state, step.value())
+    except Exception as e:
+        raise DeltaError(
+            f"pending delta {step.checkpoint_id} does not apply to its base {step.base}: "
+            f"{type(e).__name__}"
+        ) from e
+    if not isinstance(out, dict):
+        raise DeltaError(f"pending delta {step.checkpoint_id} does not yield an object")
+    return out
+
+
 class PendingStates:
     """The overlay on one Redis client (``redis.Redis``)."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
-        self._cad = client.register_script(_CAD)
+        self._trim = client.register_script(_TRIM)
+
+    @staticmethod
+    def key(tenant: str, thread_id: str) -> str:
+        return _key(tenant, thread_id)
+
+    @staticmethod
+    def push(pipe: Any, tenant: str, thread_id: str, text: str, ttl: float) -> None:
+        """Queue the append of one entry (:func:`entry_text`) on a Redis pipeline."""
+        key = _key(tenant, thread_id)
+        pipe.rpush(key, text)
+        pipe.pexpire(key, int(ttl * 1000))
+
+    def append(self, tenant: str, thread_id: str, text: str, ttl: float) -> None:
+        pipe = self._client.pipeline(transaction=True)
+        self.push(pipe, tenant, thread_id, text, ttl)
+        pipe.execute()
 
     def put(
         self, tenant: str, thread_id: str, checkpoint_id: str, state: dict[str, Any], ttl: float
     ) -> None:
-        text = json.dumps(state, ensure_ascii=False, allow_nan=False)
-        self._client.set(_key(tenant, thread_id), f"{checkpoint_id}\n{text}", px=int(ttl * 1000))
+        """Append a whole state."""
+        body = json.dumps(state, ensure_ascii=False, allow_nan=False)
+        self.append(tenant, thread_id, entry_text(checkpoint_id, None, digest_of(state), body), ttl)
+
+    def entries(self, tenant: str, thread_id: str) -> list[PendingEntry]:
+        raws = self._client.lrange(_key(tenant, thread_id), 0, -1)
+        return [e for e in map(parse_entry, raws) if e is not None]
+
+    def chain(self, tenant: str, thread_id: str, checkpoint_id: str | None = None) -> Chain | None:
+        """The chain of ``checkpoint_id`` (the newest pending if None), if it is pending."""
+        return chain_of(self.entries(tenant, thread_id), checkpoint_id)
+
+    def exists(self, tenant: str, thread_id: str) -> bool:
+        """Whether any save of the thread is still waiting to be durable."""
+        return bool(self._client.exists(_key(tenant, thread_id)))
 
     def get(self, tenant: str, thread_id: str) -> PendingState | None:
-        raw = self._client.get(_key(tenant, thread_id))
-        if raw is None:
+        """The newest pending state when the list alone rebuilds it (else None)."""
+        chain = self.chain(tenant, thread_id)
+        if chain is None or chain.root is not None:
             return None
-        text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-        checkpoint_id, _, body = text.partition("\n")
-        return PendingState(checkpoint_id, json.loads(body))
+        return PendingState(chain.checkpoint_id, rebuild(chain, None))
 
     def clear_if(self, tenant: str, thread_id: str, checkpoint_id: str) -> bool:
-        """Remove the pending state if it is still ``checkpoint_id``; True if removed."""
-        return bool(self._cad(keys=[_key(tenant, thread_id)], args=[checkpoint_id]))
+        """Trim ``checkpoint_id`` (now durable) and every entry before it; True if it
+        was listed."""
+        return bool(self._trim(keys=[_key(tenant, thread_id)], args=[checkpoint_id]))
+
+
+def apply_entry(base: dict[str, Any], entry: PendingEntry) -> dict[str, Any]:
+    """One delta entry applied to its base and checked against its digest."""
+    return apply_delta(base, entry.value(), entry.digest, entry.base or "")
 
 
 def _key(tenant: str, thread_id: str) -> str:

@@ -31,7 +31,7 @@ REINDEX_TASK = "tulip.memory.reindex"
 
 #: Redis key prefixes the project owns.
 SEQ_KEY_PREFIX = "tulip:seq:"  # per-key event sequence numbers (producer)
-PENDING_KEY_PREFIX = "tulip:pending:"  # read-your-writes thread state (producer, workers)
+PENDING_KEY_PREFIX = "tulip:pending-log:"  # read-your-writes thread saves (producer, workers)
 SUMMARY_PENDING_PREFIX = "tulip:summarize:"  # one summary job per thread in flight
 SEMAPHORE_PREFIX = "tulip:sem:"  # counting semaphores (one sorted set of leases each)
 DEATHS_PREFIX = "tulip:deaths:"  # per task id: shard workers that died running it

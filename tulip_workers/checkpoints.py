@@ -1,14 +1,21 @@
 """Apply one ``checkpoint.saved`` event: write the state to the checkpoint store, in
-order per thread, exactly once, then clear the thread's pending state.
+order per thread, exactly once, then trim the thread's pending list.
+
+A delta event (:mod:`tulip_wire.statedelta`) is applied onto its own base checkpoint,
+as the store has it, and checked against the digest it carries; when the store lacks
+the base or holds a state that does not match (a lost or dead-lettered save, another
+producer's history), the state is rebuilt from the thread's pending list instead, and
+when that cannot rebuild it either the event is dead-lettered with a reason naming the
+base: never a delta applied onto another state.
 
 Thread state is keyed by (tenant, thread id): the event's payload names both, its key is
 made of both (checked on decode and after a claim-check fetch), and the state is written
 through the tenant's view of the store. Idempotent by checkpoint id (a redelivery finds
 the checkpoint already stored and the ledger row already written). An event older than
 one already applied for its thread is recorded but not written (outcome ``superseded``,
-never ``applied``): an older checkpoint never becomes the head. The pending overlay is
-cleared only after the store has the state, and only if it still holds this checkpoint
-(a newer save may have replaced it).
+never ``applied``): an older checkpoint never becomes the head. The pending list is
+trimmed (this checkpoint and older saves) only after the store has the state; newer
+saves stay.
 """
 
 from __future__ import annotations
@@ -17,13 +24,15 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.delta.tenants import TenantCheckpointers
 from tulip_memory.state import AgentState
 from tulip_memory.summaries import SummaryBudget, SummaryStore
-from tulip_wire.events import Envelope
-from tulip_wire.pending import PendingStates
+from tulip_wire.events import Envelope, EventError
+from tulip_wire.pending import PendingStates, rebuild
+from tulip_wire.statedelta import DeltaError, apply_delta
 from tulip_workers.event_worker import (
     APPLIED,
     DUPLICATE,
@@ -66,9 +75,9 @@ class CheckpointWorker(EventWorker):
         async with self.store.transaction(tenant) as tx:
             newest = await self.ledger.newest_applied_seq(tx.conn, env.type, env.key, tenant=tenant)
         superseded = newest is not None and env.seq is not None and env.seq < newest
-        state = AgentState.from_checkpoint(payload["state"])
+        state: AgentState | None = None
         if not superseded:
-            await self._write(self.threads(tenant), thread, checkpoint_id, state)
+            state = await self._write(env, payload)
         try:
             async with self.store.transaction(tenant) as tx:
                 claimed = await self.ledger.claim(
@@ -88,9 +97,79 @@ class CheckpointWorker(EventWorker):
             return DUPLICATE
         if self.pending is not None:
             await asyncio.to_thread(self.pending.clear_if, tenant, thread, checkpoint_id)
-        if not superseded:
+        if state is not None:
             await self._maybe_summarize(tenant, thread, state)
         return SUPERSEDED if superseded else APPLIED
+
+    async def _write(self, env: Envelope, payload: dict[str, Any]) -> AgentState | None:
+        """Save once: a redelivery after a crash finds the checkpoint already there
+        (and returns its state). A delta is applied only onto its own base."""
+        tenant, thread = payload["tenant"], payload["thread_id"]
+        checkpoint_id = payload["checkpoint_id"]
+        threads = self.threads(tenant)
+        if await threads.get_metadata(thread, checkpoint_id) is not None:
+            return await threads.load(thread, checkpoint_id)
+        data = payload.get("state")
+        if data is None:
+            data = await self._resolve(env, tenant, thread, checkpoint_id, payload["delta"])
+        try:
+            state = AgentState.from_checkpoint(data)
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            raise EventError(f"the delta's state is not an agent state: {e}", env.id) from e
+        await threads.save(state, thread, checkpoint_id)
+        return state
+
+    async def _resolve(
+        self, env: Envelope, tenant: str, thread: str, checkpoint_id: str, delta: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The state a delta makes: onto its base as the checkpoint store has it, else
+        rebuilt from the thread's pending list (a base the store lacks or holds
+        otherwise: a lost or dead-lettered save). Neither: an :class:`EventError`
+        naming the base, never a state merged onto another base."""
+        base_id = delta["base"]
+        problem = f"its base checkpoint {base_id} is not in the checkpoint store"
+        base = await self.threads(tenant).load(thread, base_id)
+        if base is not None:
+            try:
+                data = await asyncio.to_thread(
+                    apply_delta, base.to_checkpoint(), delta["patch"], delta["digest"], base_id
+                )
+                return data
+            except DeltaError as e:
+                problem = str(e)
+        rebuilt = await self._from_pending(tenant, thread, checkpoint_id, delta["digest"])
+        if rebuilt is not None:
+            log.warning(
+                "checkpoint %s of a thread of tenant %s rebuilt from the pending list: %s",
+                checkpoint_id,
+                tenant,
+                problem,
+            )
+            return rebuilt
+        raise EventError(
+            f"delta not applied: {problem}, and the pending list does not rebuild it",
+            env.id,
+        )
+
+    async def _from_pending(
+        self, tenant: str, thread: str, checkpoint_id: str, digest: str
+    ) -> dict[str, Any] | None:
+        if self.pending is None:
+            return None
+        chain = await asyncio.to_thread(self.pending.chain, tenant, thread, checkpoint_id)
+        if chain is None or chain.steps[-1].digest != digest:
+            return None
+        root: dict[str, Any] | None = None
+        if chain.root is not None:
+            stored = await self.threads(tenant).load(thread, chain.root)
+            if stored is None:
+                return None
+            root = stored.to_checkpoint()
+        try:
+            return await asyncio.to_thread(rebuild, chain, root)
+        except DeltaError as e:
+            log.warning("pending list of checkpoint %s does not rebuild it: %s", checkpoint_id, e)
+            return None
 
     async def _maybe_summarize(self, tenant: str, thread: str, state: AgentState) -> None:
         """Ask for a background summary when the thread is due one (over its budget by
@@ -103,11 +182,3 @@ class CheckpointWorker(EventWorker):
             await trigger.checkpointed(tenant, thread, list(state.messages), summaries)
         except Exception:
             log.exception("could not schedule a summary of a thread of tenant %s", tenant)
-
-    @staticmethod
-    async def _write(
-        threads: DeltaCheckpointer, thread: str, checkpoint_id: str, state: AgentState
-    ) -> None:
-        """Save once: a redelivery after a crash finds the checkpoint already there."""
-        if await threads.get_metadata(thread, checkpoint_id) is None:
-            await threads.save(state, thread, checkpoint_id)

@@ -188,7 +188,7 @@ def _wait_durable(
     deadline = time.monotonic() + timeout
     waiting = list(threads)
     while waiting and pending is not None and time.monotonic() < deadline:
-        waiting = [t for t in waiting if pending.get(THREAD_TENANT, t) is not None]
+        waiting = [t for t in waiting if pending.exists(THREAD_TENANT, t)]
         progress(f"  threads durable {len(threads) - len(waiting)}/{len(threads)}")
         if waiting:
             time.sleep(0.5)
