@@ -18,6 +18,9 @@ Reported: bytes at rest, load p50 of the latest and of older checkpoints (with G
 and round trips), and save p50, as ratios. ``--sweep`` adds a table of how
 ``max_chain_depth`` trades reads against rewriting.
 
+``--wire`` adds bytes on the wire per ``checkpoint_saved`` and its latency, deltas
+against whole states (:mod:`bench.wire`).
+
 Usage::
 
     python -m bench.checkpoints                              # synthetic threads
@@ -692,14 +695,19 @@ async def main_async(args: argparse.Namespace) -> None:
     with contextlib.ExitStack() as stack:
         saver = stack.enter_context(langgraph_saver()) if args.langgraph else None
         storage = stack.enter_context(open_storage(args))
-        results = [await bench_thread(storage, t, args.depth, args.loads, saver) for t in threads]
+        results = (
+            []
+            if args.skip_storage
+            else [await bench_thread(storage, t, args.depth, args.loads, saver) for t in threads]
+        )
         await storage.close()
-    table(
-        f"{source}: one save per turn, max_chain_depth={args.depth}, zlib 6, "
-        f"{args.storage} storage; sizes in KiB, times p50 in ms; ALL = sums, medians",
-        results,
-    )
-    if args.langgraph:
+    if results:
+        table(
+            f"{source}: one save per turn, max_chain_depth={args.depth}, zlib 6, "
+            f"{args.storage} storage; sizes in KiB, times p50 in ms; ALL = sums, medians",
+            results,
+        )
+    if args.langgraph and results:
         langgraph_table(results)
     if args.summaries:
         from tulip_ops.dev.embedded import EmbeddedRedis
@@ -710,6 +718,10 @@ async def main_async(args: argparse.Namespace) -> None:
                 summary_table(await summary_jobs(threads, server.start().url))
             finally:
                 server.stop()
+    if args.wire:
+        from bench.wire import wire_runs, wire_table
+
+        wire_table(wire_runs(threads))
     if args.sweep:
         await sweep(threads, [int(d) for d in args.sweep.split(",")], max(60, args.loads))
 
@@ -725,6 +737,10 @@ def main() -> None:
     parser.add_argument("--endpoint-url", help="an S3 endpoint instead of a moto subprocess")
     parser.add_argument("--sweep", default="", help="depths to compare, e.g. 1,2,5,10")
     parser.add_argument("--summaries", action="store_true", help="also summary jobs per checkpoint")
+    parser.add_argument(
+        "--wire", action="store_true", help="also bytes on the wire per checkpoint_saved"
+    )
+    parser.add_argument("--skip-storage", action="store_true", help="only the extra tables")
     parser.add_argument(
         "--langgraph",
         action="store_true",
