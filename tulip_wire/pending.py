@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tulip_memory.delta.diff import apply
+from tulip_memory.delta.diff import apply_owned
 from tulip_wire.endpoints import redis_client
 from tulip_wire.events import thread_key
 from tulip_wire.statedelta import DeltaError, apply_delta, digest_of
@@ -114,17 +114,19 @@ def chain_of(entries: Sequence[PendingEntry], checkpoint_id: str | None = None) 
 def rebuild(chain: Chain, base: dict[str, Any] | None) -> dict[str, Any]:
     """The state ``chain`` makes of ``base`` (the root's state; None for a chain that
     starts whole); :class:`DeltaError` naming the base when a step does not fit."""
-    state: dict[str, Any] | None = None if base is None else base
+    state: dict[str, Any] | None = None if base is None else dict(base)
+    owned: set[str] = set()  # lists copied once, then extended in place: n tails cost n
     last_base = chain.root or ""
     for step in chain.steps:
         if step.base is None:
             state = step.value()
+            owned.clear()
             if not isinstance(state, dict):
                 raise DeltaError(f"pending checkpoint {step.checkpoint_id} is not an object")
         elif state is None:
             raise DeltaError(f"the base checkpoint {step.base} of a pending delta is unknown")
         else:
-            state = _applied(state, step)
+            state = _applied(state, step, owned)
             last_base = step.base
     assert state is not None
     if chain.steps[-1].base is None:
@@ -138,10 +140,10 @@ def rebuild(chain: Chain, base: dict[str, Any] | None) -> dict[str, Any]:
     return state
 
 
-def _applied(state: dict[str, Any], step: PendingEntry) -> dict[str, Any]:
+def _applied(state: dict[str, Any], step: PendingEntry, owned: set[str]) -> dict[str, Any]:
     """One step without its digest check (the chain's end is checked once)."""
     try:
-        out = apply(state, step.value())
+        out = apply_owned(state, step.value(), owned)
     except Exception as e:
         raise DeltaError(
             f"pending delta {step.checkpoint_id} does not apply to its base {step.base}: "

@@ -94,6 +94,7 @@ def delivered(settings: ProducerSettings, thread: str) -> list[Delivered]:
     return sorted(found, key=lambda d: d.envelope.seq or 0)
 
 
+@pytest.mark.timeout(900)  # 1,200 loads of a 600-turn thread: minutes on a loaded machine
 async def test_a_600_turn_thread_goes_as_tails_and_every_checkpoint_loads_exactly(
     settings: ProducerSettings,
     reader: AsyncReader,
