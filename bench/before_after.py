@@ -14,7 +14,8 @@ end-to-end table (section 2 of ``bench/pipeline.py``), events/s and efficiency
 (events/s against shards / L) before and after, the median over rounds, and the
 ratio after / before.
 
-Usage: python -m bench.before_after [--before REV] [--rounds 2] [PIPELINE OPTIONS ...]
+Usage: python -m bench.before_after [--before REV] [--after REV] [--rounds 2]
+                                    [PIPELINE OPTIONS ...]
        e.g. python -m bench.before_after --rounds 2 --events 200 --shards 2 4
 """
 
@@ -111,10 +112,10 @@ def median(rows: list[dict[str, Row]], label: str, efficiency: bool) -> float | 
     return statistics.median(known) if known else None
 
 
-def print_table(before: str, runs: dict[str, list[dict[str, Row]]]) -> None:
+def print_table(before: str, after: str, runs: dict[str, list[dict[str, Row]]]) -> None:
     labels = list(runs["after"][0])
     n = len(runs["after"])
-    print(f"\nbench/pipeline.py before ({before[:10]}) and after (this tree), median of {n}")
+    print(f"\nbench/pipeline.py before ({before[:10]}) and after ({after}), median of {n}")
     print(
         f"  {'':24} {'ev/s before':>11} {'ev/s after':>10} {'ratio':>7}"
         f" {'eff before':>11} {'eff after':>10} {'ratio':>7}"
@@ -138,16 +139,20 @@ def _cell(value: float | None, width: int, digits: int) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--before", help="the commit to compare against (default: see above)")
+    parser.add_argument("--after", help="a commit to run as the after side (default: this tree)")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each side (2)")
     args, options = parser.parse_known_args(argv)
     before = _git("rev-parse", args.before).strip() if args.before else before_classification()
     runs: dict[str, list[dict[str, Row]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="tulip-before-") as tmp:
-        old = export(before, Path(tmp) / "tree")
+        old = export(before, Path(tmp) / "before")
+        new = ROOT
+        if args.after:
+            new = export(_git("rev-parse", args.after).strip(), Path(tmp) / "after")
         logs = Path(tmp) / "logs"
         logs.mkdir()
         for r in range(args.rounds):
-            for side, tree in (("before", old), ("after", ROOT)):
+            for side, tree in (("before", old), ("after", new)):
                 started = time.monotonic()
                 print(f"round {r + 1}/{args.rounds}: {side} ...", file=sys.stderr, flush=True)
                 rows = run_pipeline(tree, options, logs / f"{side}-{r}.log")
@@ -155,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 took = time.monotonic() - started
                 summary = ", ".join(f"{k}: {v.rate:.2f}/s" for k, v in rows.items())
                 print(f"  {side} in {took:.0f}s: {summary}", file=sys.stderr, flush=True)
-    print_table(before, runs)
+    print_table(before, args.after or "this tree", runs)
     return 0
 
 
