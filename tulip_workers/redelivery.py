@@ -22,10 +22,20 @@ worker reserves several messages and runs several at once, so it records the tas
 it is running in ``tulip:running:<queue>`` (:func:`running`): a message that was only
 waiting in its buffer is not counted, and a redelivered message that was running when a
 worker died runs alone (``tulip_workers.keyed``), so a second death is its own.
+
+RabbitMQ needs no restore (it requeues a dead consumer's unacked messages itself, in
+place, marked redelivered) and so has no step that sees a death. There each *run*
+counts instead, in the Redis of ``TULIP_REDIS_URL`` (which a RabbitMQ deployment
+has): :func:`running` adds one to the same ``tulip:deaths:<task id>`` as the run
+starts and deletes it when the run ends, however it ends. A counter still there when
+the message comes back holds exactly the runs that never ended: the deaths, read by
+the same :func:`deaths`. (A message only waiting in a dead worker's buffer never
+started, so it is not counted either.)
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Iterable, Iterator
@@ -41,6 +51,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
+from tulip_wire.endpoints import redis_client
 from tulip_wire.redact import redact_url
 from tulip_wire.topology import DEATHS_PREFIX, ORDERED_QUEUE_PREFIXES, RUNNING_PREFIX
 
@@ -100,10 +111,20 @@ def restore_unacked(connection_or_channel: Any, queues: Iterable[str]) -> int:
 
 
 @contextmanager
-def running(app: Celery, queue: str | None, task_id: str) -> Iterator[None]:
+def running(
+    app: Celery, queue: str | None, task_id: str, redis_url: str | None = None
+) -> Iterator[None]:
     """Record ``task_id`` as running on ``queue`` for as long as the block runs, so a
-    death while it runs is counted against it (Redis only; a no-op elsewhere). A broker
-    that cannot be reached here is logged, never fatal: the count is a safety net."""
+    death while it runs is counted against it: in the Redis broker's running set, or
+    on another broker as a run counted in ``redis_url`` (nothing without one). A
+    Redis that cannot be reached here is logged, never fatal: the count is a safety net."""
+    if queue is None:
+        yield
+        return
+    if not _on_redis(app):
+        with _counted_run(task_id, redis_url):
+            yield
+        return
     key = _mark(app, queue, task_id, add=True)
     try:
         yield
@@ -112,13 +133,46 @@ def running(app: Celery, queue: str | None, task_id: str) -> Iterator[None]:
             _mark(app, queue, task_id, add=False)
 
 
-def _mark(app: Celery, queue: str | None, task_id: str, *, add: bool) -> str | None:
-    if queue is None:
+@contextmanager
+def _counted_run(task_id: str, redis_url: str | None) -> Iterator[None]:
+    """One run of ``task_id`` added to its death counter until the run ends."""
+    client = _counter_client(redis_url)
+    key = f"{DEATHS_PREFIX}{task_id}"
+    try:
+        if client is not None:
+            pipe = client.pipeline()
+            pipe.incr(key)
+            pipe.expire(key, DEATHS_TTL)
+            pipe.execute()
+    except Exception:
+        logger.warning("could not count the run of %s", task_id, exc_info=True)
+        client = None
+    try:
+        yield
+    finally:
+        if client is not None:
+            try:
+                client.delete(key)
+            except Exception:  # the count outlives the message by a week at most
+                logger.warning("could not drop the run count of %s", task_id, exc_info=True)
+
+
+@functools.cache
+def _counter_client(redis_url: str | None) -> redis.Redis | None:
+    if redis_url is None:
+        logger.warning("no TULIP_REDIS_URL: deaths of workers are not counted on this broker")
         return None
+    return redis_client(redis_url, socket_timeout=5, socket_connect_timeout=5)
+
+
+def _on_redis(app: Celery) -> bool:
+    with app.connection_for_write() as connection:
+        return bool(connection.transport.driver_type == "redis")
+
+
+def _mark(app: Celery, queue: str, task_id: str, *, add: bool) -> str | None:
     try:
         with app.connection_for_write() as connection:
-            if connection.transport.driver_type != "redis":
-                return None
             channel = _redis_channel(connection)
             client = redis.Redis(connection_pool=channel.pool)
             key = _running_key(channel, queue)
@@ -136,19 +190,21 @@ def _running_key(channel: Any, queue: str) -> str:
     return f"{channel.global_keyprefix}{RUNNING_PREFIX}{queue}"
 
 
-def deaths(app: Celery, task_id: str) -> int:
-    """How many shard workers died holding the message of ``task_id`` (Redis only;
-    0 on other brokers, and for messages never restored)."""
+def deaths(app: Celery, task_id: str, redis_url: str | None = None) -> int:
+    """How many shard workers died running the message of ``task_id`` (0 for messages
+    never restored or counted, and on another broker without ``redis_url``)."""
     with app.connection_for_write() as connection:
         if connection.transport.driver_type != "redis":
-            return 0
+            client = _counter_client(redis_url)
+            return 0 if client is None else int(client.get(f"{DEATHS_PREFIX}{task_id}") or 0)
         channel = _redis_channel(connection)
         client = redis.Redis(connection_pool=channel.pool)
         return int(client.get(_counter(channel, task_id)) or 0)
 
 
 def forget_deaths(app: Celery, task_id: str) -> None:
-    """Drop the death count of a message that has now been handled."""
+    """Drop the death count of a message that has now been handled (on another broker
+    the end of its run already did)."""
     with app.connection_for_write() as connection:
         if connection.transport.driver_type != "redis":
             return

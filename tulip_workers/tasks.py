@@ -67,7 +67,7 @@ def _ordered(
     # A message that was running when a worker died runs alone: a second death is its own.
     with (
         rt.order(event_type).turn(task_id, envelope_key(body, task_id), exclusive=died > 0),
-        running(app, queue, task_id),
+        running(app, queue, task_id, rt.settings.redis_url),
     ):
         coro = worker(rt).handle_durably(body, request.id, queue, killed=killed)
         outcome = rt.run(coro)
@@ -89,7 +89,7 @@ def _max_deaths() -> int:
 def _deaths(task_id: str) -> int:
     """How many workers died running this message (0 when the broker cannot say)."""
     try:
-        return deaths(app, task_id)
+        return deaths(app, task_id, runtime().settings.redis_url)
     except Exception:  # the broker just went away: run it; the next restore counts on
         log.warning("could not read the death count of %s", task_id, exc_info=True)
         return 0
