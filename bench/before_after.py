@@ -141,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--before", help="the commit to compare against (default: see above)")
     parser.add_argument("--after", help="a commit to run as the after side (default: this tree)")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each side (2)")
+    parser.add_argument("--logs", type=Path, help="keep every run's full report here")
     args, options = parser.parse_known_args(argv)
     before = _git("rev-parse", args.before).strip() if args.before else before_classification()
     runs: dict[str, list[dict[str, Row]]] = {"before": [], "after": []}
@@ -149,8 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         new = ROOT
         if args.after:
             new = export(_git("rev-parse", args.after).strip(), Path(tmp) / "after")
-        logs = Path(tmp) / "logs"
-        logs.mkdir()
+        logs = args.logs or Path(tmp) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
         for r in range(args.rounds):
             for side, tree in (("before", old), ("after", new)):
                 started = time.monotonic()
