@@ -59,7 +59,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -454,6 +454,11 @@ class Phases:
         self.counts: dict[str, int] = defaultdict(int)
         self._stack: list[list[Any]] = []  # [name, running since]
 
+    def phase(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """The ``Reindexer``'s observer hook: its phase ``name``, timed under its label
+        (in this process only: batches that run on workers are timed there by nobody)."""
+        return self.step(PHASE_LABELS[name])
+
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
         now = time.perf_counter()
@@ -472,41 +477,20 @@ class Phases:
                 self._stack[-1][1] = end
 
 
-class TimedReindexer(Reindexer):
-    """A ``Reindexer`` whose steps are timed (in this process only: batches that run
-    on workers are timed there by nobody)."""
-
-    def __init__(self, store: PgMemory, phases: Phases, **kwargs: Any) -> None:
-        super().__init__(store, **kwargs)
-        self.phases = phases
-        # Calls between the steps go through instance attributes, so each is timed.
-        for name, label in TIMED_STEPS.items():
-            setattr(self, name, _timed(getattr(self, name), phases, label))
-
-
-#: ``Reindexer`` methods timed by the in-process run, and their labels.
-TIMED_STEPS = {
+#: The ``Reindexer``'s phases (``tulip_memory.reindex.phases.PHASES``), as the table
+#: labels them.
+PHASE_LABELS = {
     "start": "other (job rows, lookups)",
-    "_probe": "probe the model",
-    "_create": "add the slot (layout lock)",
-    "_index": "build the slot's HNSW index",
-    "_plan": "plan ranges",
-    "run_batch": "batch bookkeeping (job, range, pending)",
-    "_rows": "read rows",
-    "_embed": "embed",
-    "_write": "write vectors (UPDATE + range done)",
+    "probe": "probe the model",
+    "create": "add the slot (layout lock)",
+    "index": "build the slot's HNSW index",
+    "plan": "plan ranges",
+    "batch": "batch bookkeeping (job, range, pending)",
+    "rows": "read rows",
+    "embed": "embed",
+    "write": "write vectors (UPDATE + range done)",
     "finish": "sweep + switch",
 }
-
-
-def _timed(
-    method: Callable[..., Awaitable[Any]], phases: Phases, label: str
-) -> Callable[..., Awaitable[Any]]:
-    async def timed(*args: Any, **kwargs: Any) -> Any:
-        with phases.step(label):
-            return await method(*args, **kwargs)
-
-    return timed
 
 
 def timed_send(send: Send, phases: Phases) -> Send:
@@ -591,7 +575,7 @@ async def run_job(
     kwargs: dict[str, Any] = {"admin_dsn": ctx.services.admin_dsn}
     if send is not None:
         kwargs["send"] = timed_send(send, phases)
-    reindexer = TimedReindexer(store, phases, **kwargs)
+    reindexer = Reindexer(store, observer=phases, **kwargs)
     try:
         await store.search((ctx.tenants[0], NAMESPACE), "warm up")  # pool, plans
         with RecallProbe(ctx.services.app_dsn, table, ctx.tenants, o.recall_rate) as probe:

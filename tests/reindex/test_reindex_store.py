@@ -4,8 +4,9 @@ dual writes, the atomic switch, finalize, and refusals. Real Postgres throughout
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import asyncpg
@@ -18,6 +19,7 @@ from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.errors import EmbeddingError
 from tulip_memory.reindex import ReindexConflict, Reindexer, ReindexError
+from tulip_memory.reindex.phases import PHASES
 from tulip_memory.reindex.reindexer import BUILD_MEMORY_MB, build_resources
 from tulip_memory.store import PgMemory
 from tulip_memory.store.fusion import HybridRanking
@@ -323,3 +325,36 @@ def test_an_index_build_gets_the_memory_its_graph_needs() -> None:
     memory, workers = build_resources(1_000_000, 384, 8)
     assert 2_000 < memory <= BUILD_MEMORY_MB[1] and workers == 4
     assert build_resources(10**9, 384, 2) == (BUILD_MEMORY_MB[1], 0)
+
+
+class Recorder:
+    """A phase observer that records each phase with the phases it ran inside."""
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+        self.seen: list[tuple[str, ...]] = []
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        self.stack.append(name)
+        self.seen.append(tuple(self.stack))
+        try:
+            yield
+        finally:
+            self.stack.pop()
+
+
+async def test_an_observer_sees_every_phase_of_an_in_process_job(table: Table) -> None:
+    store = table.store()
+    await fill(store, ["acme"], 7)
+    recorder = Recorder()
+    job = await Reindexer(store, admin_dsn=table.admin_dsn, observer=recorder).start(NEW, batch=5)
+    assert job.status == "switched" and recorder.stack == []
+    assert {path[-1] for path in recorder.seen} == set(PHASES)
+    for inner in ("probe", "create", "plan"):
+        assert ("start", inner) in recorder.seen
+    batch = next(p for p in recorder.seen if p[-1] == "batch")
+    for inner in ("rows", "embed", "write"):
+        assert (*batch, inner) in recorder.seen
+    assert ("finish", "index") in [p[-2:] for p in recorder.seen]
+    await store.close()

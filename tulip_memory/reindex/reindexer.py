@@ -25,6 +25,7 @@ from tulip_memory.embeddings import BaseEmbedding
 from tulip_memory.errors import EmbeddingError
 from tulip_memory.reindex import sql
 from tulip_memory.reindex.model import Progress, ReindexConflict, ReindexError, ReindexJob
+from tulip_memory.reindex.phases import PhaseObserver, phase
 from tulip_memory.reindex.ranges import KINDS, Range, cut
 from tulip_memory.store.postgres import PgMemory
 from tulip_memory.store.postgres.render import render
@@ -71,8 +72,11 @@ class Reindexer:
         send: Send | None = None,
         admin_dsn: str | None = None,
         build: Build = build_embedder,
+        observer: PhaseObserver | None = None,
     ) -> None:
         self.store = store
+        #: Entered around each phase this process runs (see :mod:`~tulip_memory.reindex.phases`).
+        self.observer = observer
         self._send = send
         self._admin_dsn = admin_dsn
         self._build = build
@@ -162,6 +166,7 @@ class Reindexer:
 
     # -- starting -------------------------------------------------------------
 
+    @phase("start")
     async def start(
         self,
         model: str,
@@ -185,6 +190,7 @@ class Reindexer:
         await self._advance(job)
         return await self._require(job.id)
 
+    @phase("probe")
     async def _probe(self, model: str, api_base: str | None) -> tuple[BaseEmbedding, int]:
         try:
             embedder = self._build(model, api_base)
@@ -199,6 +205,7 @@ class Reindexer:
             raise ReindexError(f"embedding model {model!r} does not answer a probe: {cause}") from e
         return embedder, int(vectors.shape[1])
 
+    @phase("create")
     async def _create(
         self,
         scope: str,
@@ -257,6 +264,7 @@ class Reindexer:
             await self._plan(job)
         await self._dispatch(job.id)
 
+    @phase("index")
     async def _index(self, job: ReindexJob) -> None:
         """The new slot's HNSW index, built once the batches filled the column: one
         bulk build instead of a graph insert per row."""
@@ -292,6 +300,7 @@ class Reindexer:
         for slot in read:
             await self._index_slot(slot, dims[slot])
 
+    @phase("plan")
     async def _plan(self, job: ReindexJob) -> None:
         """Cut every tenant's rows (memories and turns) into ranges of ``batch`` keys."""
         tenants = [job.scope] if job.scope else await self._tenants()
@@ -390,6 +399,7 @@ class Reindexer:
 
     # -- batches (the worker side) ----------------------------------------------
 
+    @phase("batch")
     async def run_batch(self, job_id: int, range_id: int, tenant: str) -> str:
         """Embed and write one range of ``tenant``; what happened, in a word or a
         sentence. Everything runs pinned to ``tenant``: a task naming another tenant's
@@ -431,6 +441,7 @@ class Reindexer:
                 await self.finish(job_id)
         return outcome
 
+    @phase("rows")
     async def _rows(self, job: ReindexJob, rng: Range, *, sweep: bool) -> tuple[list[str], Any]:
         async with self.store.transaction(rng.tenant) as tx:
             layout = await tx.layout()
@@ -438,6 +449,7 @@ class Reindexer:
             rows = await tx.conn.fetch(stmt, rng.tenant, *rng.bound_args(sweep))
         return [r["text"] for r in rows], rows
 
+    @phase("embed")
     async def _embed(self, job: ReindexJob, texts: list[str]) -> list[Any]:
         if not texts:
             return []
@@ -450,6 +462,7 @@ class Reindexer:
             raise _EmbedFailed(f"{job.spec} failed: {type(e).__name__}: {e}") from e
         return [vector_or_none(encoded[i]) for i in range(len(texts))]
 
+    @phase("write")
     async def _write(
         self, job: ReindexJob, rng: Range, rows: Any, vectors: list[Any], *, mark: bool
     ) -> int | None:
@@ -489,6 +502,7 @@ class Reindexer:
 
     # -- the switch -------------------------------------------------------------
 
+    @phase("finish")
     async def finish(self, job_id: int) -> ReindexJob:
         """Sweep for rows still missing the new vector, then switch recall to it. One
         process at a time (a session lock on the job): the worker that ran the last
