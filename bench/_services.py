@@ -24,6 +24,7 @@ from types import FrameType, TracebackType
 from typing import TypeVar
 
 from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis, run_async
+from tulip_ops.dev.supervisor import WorkerSpec
 from tulip_ops.provision import provision
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,14 +173,19 @@ class WorkerPool:
         key-ordered layout of ``tulip-memory worker``)."""
         self.logs.mkdir(parents=True, exist_ok=True)
         log = self.logs / f"{name}.log"
-        command = [
-            *(sys.executable, "-m", "celery", "-A", app, "worker", "-P", pool, "-c", str(threads)),
-            *("-Q", queue, "-n", f"{name}@%h", "-l", "WARNING"),
-            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-        ]
+        spec = WorkerSpec(
+            name,
+            (queue,),
+            pool,
+            threads,
+            app=app,
+            log_level="WARNING",
+            events=False,
+            heartbeat=False,
+        )
         with deferred_interrupts(), open(log, "ab") as out:
             proc = subprocess.Popen(
-                command,
+                spec.command(),
                 cwd=ROOT,
                 env=self.env,
                 stdout=out,

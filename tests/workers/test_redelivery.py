@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,11 +23,13 @@ from celery import Celery
 from kombu import Connection, Exchange, Queue
 
 from tests.support.redelivery_app import TASK_NAME
+from tulip_ops.dev.supervisor import WorkerSpec
 from tulip_wire import celeryconfig
 from tulip_wire.topology import DEATHS_PREFIX, RUNNING_PREFIX
 from tulip_workers.redelivery import ordered_queues, restore_for_worker, restore_unacked
 
 ROOT = Path(__file__).resolve().parents[2]
+REDELIVERY_APP = "tests.support.redelivery_app"
 QUEUE = "memory.extract.0"
 OTHER = "memory.extract.1"
 
@@ -90,11 +91,9 @@ class Shard:
         )
         with open(self.tmp / f"{name}.log", "wb") as out:
             proc = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "celery", "-A", "tests.support.redelivery_app"),
-                    *("worker", "-P", "solo", "-Q", QUEUE, "-n", f"{name}@%h", "-l", "INFO"),
-                    *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-                ],
+                WorkerSpec(
+                    name, (QUEUE,), app=REDELIVERY_APP, events=False, heartbeat=False
+                ).command(),
                 cwd=ROOT,
                 env=env,
                 stdout=out,

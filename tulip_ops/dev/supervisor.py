@@ -46,18 +46,29 @@ ROLE_EVENTS = {"extract": SESSION_ENDED, "checkpoint": CHECKPOINT_SAVED}
 
 @dataclass(frozen=True)
 class WorkerSpec:
+    """One ``celery worker`` process: the one command line that ``tulip-memory worker``,
+    the dev stack, the tests and the benchmarks start workers with."""
+
     name: str
     queues: tuple[str, ...]
     pool: str = "solo"
     concurrency: int = 1
     env: tuple[tuple[str, str], ...] = ()
+    app: str = "tulip_workers.app"
+    log_level: str = "INFO"
+    #: Task events for Flower (``-E``).
+    events: bool = True
+    #: Worker heartbeats; a benchmark or test that reads no liveness turns them off.
+    heartbeat: bool = True
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "celery", "-A", "tulip_workers.app", "worker",
+            sys.executable, "-m", "celery", "-A", self.app, "worker",
             "-P", self.pool, "-c", str(self.concurrency), "-Q", ",".join(self.queues),
-            "-n", f"{self.name}@%h", "-E", "--without-gossip", "--without-mingle",
-            "-l", "INFO",
+            "-n", f"{self.name}@%h", *(("-E",) if self.events else ()),
+            "--without-gossip", "--without-mingle",
+            *(() if self.heartbeat else ("--without-heartbeat",)),
+            "-l", self.log_level,
         ]  # fmt: skip
 
 
