@@ -109,3 +109,5 @@ S3_ENDPOINT_URL = text_var("TULIP_S3_ENDPOINT_URL")
 EMBED_MODEL = text_var("TULIP_EMBED_MODEL")
 EMBED_DIM = Var[int | None]("TULIP_EMBED_DIM", None, integer)
 EMBED_API_BASE = text_var("TULIP_EMBED_API_BASE")
+#: Other embedders a table's slot registry may name (:mod:`tulip_memory.embeddings.allowlist`).
+EMBED_ALLOWED = Var("TULIP_EMBED_ALLOWED", "", text)

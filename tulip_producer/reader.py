@@ -16,7 +16,6 @@ from typing import Any, Literal, TypeVar
 
 from tulip_memory._portal import Portal
 from tulip_memory.compactor import LLMCompactor
-from tulip_memory.config import store_from_env
 from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.delta.tenants import TenantCheckpointers
 from tulip_memory.ledger import DONE, EventLedger
@@ -89,7 +88,7 @@ class AsyncReader:
         settings = ReaderSettings.from_env(environ)
         url, redis_url = settings.checkpoint_url, settings.redis_url
         return cls(
-            store_from_env(environ),
+            settings.store.store(),
             checkpointer=get_checkpointer(url) if url else None,
             pending=pending_states(redis_url),
             published=published_events(redis_url),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tulip_memory.config import StoreSettings
 from tulip_memory.env import CHECKPOINT_URL, S3_ENDPOINT_URL, Var, positive, seconds
 from tulip_memory.env import environ as environ_of
 from tulip_wire import env as wire
@@ -116,12 +117,13 @@ class ProducerSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class ReaderSettings:
-    """What a :class:`~tulip_producer.Reader` reads besides its store.
+    """What a :class:`~tulip_producer.Reader` reads: its store's settings, and more.
 
     ``checkpoint_url`` empty: no thread state; ``redis_url`` (``TULIP_REDIS_URL``, else a
     Redis ``TULIP_BROKER_URL``) empty: no pending overlay or published-event markers.
     """
 
+    store: StoreSettings = field(default_factory=StoreSettings)
     checkpoint_url: str = ""
     redis_url: str = field(default="", repr=False)
     context_length: int = CONTEXT_LENGTH.default
@@ -133,6 +135,7 @@ class ReaderSettings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ReaderSettings:
         env = environ_of(environ)
         return cls(
+            store=StoreSettings.from_env(env),
             checkpoint_url=CHECKPOINT_URL.read(env),
             redis_url=wire.redis_url(env) or "",
             context_length=CONTEXT_LENGTH.read(env),

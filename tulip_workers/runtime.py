@@ -12,7 +12,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from tulip_memory._portal import Portal
-from tulip_memory.config import database_url, store_from_env
 from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.reindex import Reindexer
 from tulip_wire.endpoints import redis_client
@@ -63,7 +62,7 @@ class WorkerRuntime:
             if self._extraction is None:
                 s = self.settings
                 self._extraction = ExtractionWorker(
-                    store=store_from_env(),
+                    store=s.store.store(),
                     extractor=_extractor(s),
                     claims=_claims(s),
                     signer=_signer(s),
@@ -77,7 +76,7 @@ class WorkerRuntime:
             if self._checkpoints is None:
                 s = self.settings
                 self._checkpoints = CheckpointWorker(
-                    store=store_from_env(),
+                    store=s.store.store(),
                     checkpointer=checkpointer_of(s),
                     pending=_pending(s),
                     claims=_claims(s),
@@ -109,8 +108,8 @@ class WorkerRuntime:
             if self._reindexer is None:
                 # With an owner's DSN the worker running the last batch switches the
                 # job; without one, the command watching it (or --resume) does.
-                owner = self.settings.database_admin_url
-                self._reindexer = Reindexer(store_from_env(), admin_dsn=owner)
+                s = self.settings
+                self._reindexer = Reindexer(s.store.store(), admin_dsn=s.database_admin_url)
             return self._reindexer
 
 
@@ -135,7 +134,7 @@ def _event_limits(s: WorkerSettings) -> dict[str, Any]:
     url = s.redis_url
     return {
         "tally": None if url is None else DeadLetterTally(redis_client(url)),
-        "database": redact_url(database_url()),
+        "database": redact_url(s.store.require_database_url()),
         "retry": RetryPolicy(attempts=s.limits.attempts),
         "max_body_bytes": s.limits.max_body_bytes,
         "max_claim_bytes": s.limits.max_claim_bytes,

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tulip_memory import env as lib
+from tulip_memory.config import StoreSettings
 from tulip_memory.env import Env, Var, environ, positive, seconds, stripped, text_var
 from tulip_memory.extract import LLMExtractorConfig
 from tulip_memory.summaries import SummaryBudget
@@ -96,6 +97,7 @@ class WorkerSettings:
     ``None`` without ``TULIP_SUMMARY_MODEL`` (extractive summaries).
     """
 
+    store: StoreSettings = field(default_factory=StoreSettings)
     redis_url: str | None = None
     database_admin_url: str | None = field(default=None, repr=False)
     checkpoint_url: str = ""
@@ -121,6 +123,7 @@ class WorkerSettings:
         naming the variable."""
         e = environ(env)
         return cls(
+            store=StoreSettings.from_env(e),
             redis_url=wire.redis_url(e),
             database_admin_url=lib.DATABASE_ADMIN_URL.read(e),
             checkpoint_url=lib.CHECKPOINT_URL.read(e),

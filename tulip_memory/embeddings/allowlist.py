@@ -21,9 +21,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from tulip_memory.env import EMBED_ALLOWED
 from tulip_memory.errors import EmbeddingError
 
-ENV_ALLOWED = "TULIP_EMBED_ALLOWED"
+ENV_ALLOWED = EMBED_ALLOWED.name
 
 
 class EmbedderNotAllowed(EmbeddingError):
