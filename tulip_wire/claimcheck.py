@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from tulip_memory.env import CHECKPOINT_URL, S3_ENDPOINT_URL
 from tulip_memory.errors import TulipMemoryError
 from tulip_memory.private import private_dir, write_private
+from tulip_memory.s3client import s3_client
 from tulip_wire.env import CLAIM_CHECK_URL, SPOOL_DIR
 from tulip_wire.events import EventError, PayloadRef
 from tulip_wire.redact import redact_text, redact_url
@@ -267,15 +268,18 @@ def _file_store(url: str) -> ClaimCheckStore:
 
 
 def _s3_store(url: str, endpoint: str | None, timeout: float) -> ClaimCheckStore:
-    import boto3
-    from botocore.config import Config
-
     parts = urlsplit(url)
     if not parts.netloc:
         raise ValueError(f"S3 claim-check URL must be s3://bucket/prefix, got {redact_url(url)!r}")
     prefix = parts.path.strip("/")
-    config = Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 2})
-    client = boto3.client("s3", endpoint_url=endpoint, config=config)
+    # Two retries in botocore's legacy mode, as claim checks always had.
+    client = s3_client(
+        endpoint_url=endpoint,
+        retry_mode="legacy",
+        max_attempts=3,
+        connect_timeout=timeout,
+        read_timeout=timeout,
+    )
     root = f"s3://{parts.netloc}/{prefix}" if prefix else f"s3://{parts.netloc}"
     return ClaimCheckStore(root, _S3Objects(parts.netloc, prefix, client))
 

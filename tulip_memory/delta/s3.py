@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from tulip_memory.delta.errors import DeltaStorageError
 from tulip_memory.delta.storage import DeltaStorage, ObjectInfo, ObjectPage
+from tulip_memory.s3client import RETRY_MODES, s3_client
 
 T = TypeVar("T")
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
@@ -47,11 +48,11 @@ class S3DeltaStorage(DeltaStorage):
     ) -> None:
         if not bucket or "/" in bucket:
             raise ValueError(f"S3 bucket name {bucket!r} is not valid")
-        if retry_mode not in ("standard", "adaptive", "legacy"):
+        if retry_mode not in RETRY_MODES:
             raise ValueError(f"retry_mode must be standard, adaptive or legacy: {retry_mode!r}")
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
-        self.client = client or _make_client(
+        self.client = client or s3_client(
             endpoint_url=endpoint_url,
             region_name=region_name,
             retry_mode=retry_mode,
@@ -157,26 +158,3 @@ class _NotFound(Exception):
 
 def _error_code(error: Any) -> str:
     return str(getattr(error, "response", {}).get("Error", {}).get("Code", ""))
-
-
-def _make_client(
-    *,
-    endpoint_url: str | None,
-    region_name: str | None,
-    retry_mode: str,
-    max_attempts: int,
-    max_pool_connections: int,
-    connect_timeout: float,
-    read_timeout: float,
-) -> Any:
-    import boto3
-    from botocore.config import Config
-
-    config = Config(
-        retries={"mode": retry_mode, "total_max_attempts": max_attempts},
-        max_pool_connections=max_pool_connections,
-        connect_timeout=connect_timeout,
-        read_timeout=read_timeout,
-    )
-    session = boto3.session.Session()
-    return session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=config)
