@@ -14,6 +14,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from tulip_memory.delta.manifest import Manifest
 from tulip_memory.delta.segments import Latest
 
 #: Defaults: 64 threads, 16 MiB of canonical JSON.
@@ -23,10 +24,14 @@ MAX_BYTES = 16 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Cached:
-    """A saved latest state and the checkpoint it is: ``(seq, checkpoint id)``."""
+    """A saved latest state and the checkpoint it is: ``(seq, checkpoint id)``; with
+    the manifest and version tag of the head written with it, when the storage tags
+    heads (then the next save needs no read of the head)."""
 
     latest: tuple[int, str]
     state: Latest
+    manifest: Manifest | None = None
+    tag: str | None = None
 
 
 class LatestCache:
@@ -75,13 +80,30 @@ class LatestCache:
             self._shared.entries.move_to_end(key)
             return entry.state
 
-    def put(self, thread_id: str, latest: tuple[int, str], state: Latest) -> None:
+    def written(self, thread_id: str) -> Cached | None:
+        """The entry of ``thread_id`` when it holds the head this process wrote (tagged)."""
+        key = self._scope + thread_id
+        with self._shared.lock:
+            entry = self._shared.entries.get(key)
+            if entry is None or entry.tag is None or entry.manifest is None:
+                return None
+            self._shared.entries.move_to_end(key)
+            return entry
+
+    def put(
+        self,
+        thread_id: str,
+        latest: tuple[int, str],
+        state: Latest,
+        manifest: Manifest | None = None,
+        tag: str | None = None,
+    ) -> None:
         shared = self._shared
         with shared.lock:
             shared.pop(self._scope + thread_id)
             if state.size > shared.max_bytes or shared.max_threads == 0:
                 return
-            shared.entries[self._scope + thread_id] = Cached(latest, state)
+            shared.entries[self._scope + thread_id] = Cached(latest, state, manifest, tag)
             shared.bytes += state.size
             while len(shared.entries) > shared.max_threads or shared.bytes > shared.max_bytes:
                 _, old = shared.entries.popitem(last=False)

@@ -62,3 +62,10 @@ class DeltaStorageError(DeltaError):
         self.key = key
         self.cause = cause
         super().__init__(f"delta storage failed on {key!r}: {cause}")
+
+
+class HeadChanged(DeltaStorageError):
+    """A conditional head write found another head than the one it was based on."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key, "the head changed since this process wrote it")

@@ -14,10 +14,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from tulip_memory.delta.cache import LatestCache
+from tulip_memory.delta.cache import Cached, LatestCache
 from tulip_memory.delta.codec import compress, dumps
 from tulip_memory.delta.diff import apply, diff
-from tulip_memory.delta.errors import CorruptCheckpointError, DeltaStorageError
+from tulip_memory.delta.errors import CorruptCheckpointError, DeltaStorageError, HeadChanged
 from tulip_memory.delta.keys import ThreadKeys
 from tulip_memory.delta.layout import (
     Payload,
@@ -255,7 +255,17 @@ class ThreadLog:
 
         Raises :class:`~tulip_memory.delta.errors.StateNotSerializableError` before
         writing anything when JSON cannot carry ``data`` exactly.
+
+        Onto the head this process wrote last (cached with its version tag, on a
+        storage that tags heads) the save reads nothing: it writes the new head only
+        if the stored one still has that tag, and otherwise (another writer, a delete)
+        takes the path below, which reads the head first.
         """
+        written = self.cache.written(self.thread_id) if self.cache is not None else None
+        if written is not None and await self._append_onto(
+            written, data, checkpoint_id, created_us
+        ):
+            return
         head, base = await self._head_for_write()
         level = self.policy.compression_level
         new = encode(data, base if isinstance(base, Latest) else None, level)
@@ -274,9 +284,38 @@ class ThreadLog:
         latest = step.manifest.latest
         new_epoch = latest is not None and step.manifest.epochs[-1].start == latest[0]
         state = HeadState(tuple(new.latest.sections(level)))
-        await self._commit(step, state, manifest, write_name=new_epoch)
+        tag = await self._commit(step, state, manifest, write_name=new_epoch)
         if self.cache is not None and latest is not None:
-            self.cache.put(self.thread_id, latest, new.latest)
+            self.cache.put(self.thread_id, latest, new.latest, step.manifest, tag)
+
+    async def _append_onto(
+        self, written: Cached, data: dict[str, Any], checkpoint_id: str, created_us: int
+    ) -> bool:
+        """:meth:`append` onto the cached head, written only if it is still the stored
+        one; False (nothing committed) when it is not, or for an id already saved."""
+        manifest, base = written.manifest, written.state
+        assert manifest is not None and self.cache is not None
+        if manifest.seq_of(checkpoint_id) is not None:
+            return False  # a retry or a replacement: the reading path handles those
+        level = self.policy.compression_level
+        new = encode(data, base, level)
+        payload = choose_payload(
+            manifest, base.data, new.latest, self.policy, created_us, new.patch
+        )
+        step = await self._append_step(manifest, new.latest, checkpoint_id, created_us, payload)
+        latest = step.manifest.latest
+        new_epoch = latest is not None and step.manifest.epochs[-1].start == latest[0]
+        state = HeadState(tuple(new.latest.sections(level)))
+        try:
+            tag = await self._commit(
+                step, state, manifest, write_name=new_epoch, if_match=written.tag
+            )
+        except HeadChanged:
+            self.cache.drop(self.thread_id)
+            return False
+        if latest is not None:
+            self.cache.put(self.thread_id, latest, new.latest, step.manifest, tag)
+        return True
 
     async def _append_step(
         self,
@@ -308,13 +347,21 @@ class ThreadLog:
         return Step(merged.manifest, {**step.writes, **merged.writes}, merged.retired)
 
     async def _commit(
-        self, step: Step, state: HeadState, previous: Manifest | None, *, write_name: bool
-    ) -> None:
-        """Objects, then the head, then deletes of what is retired.
+        self,
+        step: Step,
+        state: HeadState,
+        previous: Manifest | None,
+        *,
+        write_name: bool,
+        if_match: str | None = None,
+    ) -> str | None:
+        """Objects, then the head, then deletes of what is retired; returns the head's
+        version tag (None when the storage has none).
 
         ``write_name`` (re)writes a hashed thread's name object; saves do it at each
         epoch start, so under age-based lifecycle rules it never expires while the
-        thread is active.
+        thread is active. ``if_match``: the head is written only if it still has that
+        tag (:class:`HeadChanged` otherwise, before anything is deleted).
         """
         writes = {self.keys.log(name): data for name, data in step.writes.items()}
         name_key = self.keys.name
@@ -324,18 +371,21 @@ class ThreadLog:
             await self.storage.write_objects(writes)
         level = self.policy.compression_level
         head = encode_head(step.manifest, state, level)
-        await self.storage.write_objects({self.keys.head: head})
+        tag = await self.storage.write_head(self.keys.head, head, if_match)
         stale = {*step.retired, *(previous.garbage if previous else ())}
         if stale:
             try:
                 await self.storage.delete_objects([self.keys.log(n) for n in sorted(stale)])
             except DeltaStorageError as e:  # committed already; the next save retries
                 log.warning("thread %r: could not delete retired objects: %s", self.thread_id, e)
+        return tag
 
     # -- deleting and copying ----------------------------------------------------------
 
     async def delete_checkpoint(self, checkpoint_id: str) -> bool:
         """Delete one checkpoint; the next one is rebased on the previous, never orphaned."""
+        if self.cache is not None:
+            self.cache.drop(self.thread_id)
         head = await self.head()
         seq = head.manifest.seq_of(checkpoint_id) if head else None
         if head is None or seq is None:
@@ -430,6 +480,8 @@ class ThreadLog:
 
     async def drop(self) -> bool:
         """Delete the thread: the head first (it disappears at once), then the rest."""
+        if self.cache is not None:
+            self.cache.drop(self.thread_id)
         page = await self.storage.list_objects(self.keys.head, limit=1)
         existed = self.keys.head in page.keys
         if existed:
@@ -449,6 +501,8 @@ class ThreadLog:
 
     async def copy_to(self, dest: ThreadLog) -> bool:
         """Copy this thread to ``dest`` (replacing it): history server-side, then the head."""
+        if dest.cache is not None:
+            dest.cache.drop(dest.thread_id)
         if dest.keys == self.keys:
             return await self._head_bytes() is not None
         for _ in range(RACE_RETRIES + 1):

@@ -16,12 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from tulip_memory.delta.errors import DeltaStorageError
+from tulip_memory.delta.errors import DeltaStorageError, HeadChanged
 from tulip_memory.delta.storage import DeltaStorage, ObjectInfo, ObjectPage
 from tulip_memory.s3client import RETRY_MODES, s3_client
 
 T = TypeVar("T")
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
+_CHANGED = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict", "409"})
 _BODY_ATTEMPTS = 3
 
 
@@ -30,6 +31,7 @@ class S3DeltaStorage(DeltaStorage):
 
     ``endpoint_url`` selects a non-AWS endpoint (MinIO, moto); credentials and region
     come from the usual AWS configuration unless ``client`` is given ready-made.
+    ``conditional_writes`` (default on): see :meth:`write_head`.
     """
 
     def __init__(
@@ -45,12 +47,17 @@ class S3DeltaStorage(DeltaStorage):
         max_concurrency: int = 16,
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
+        conditional_writes: bool = True,
     ) -> None:
         if not bucket or "/" in bucket:
             raise ValueError(f"S3 bucket name {bucket!r} is not valid")
         if retry_mode not in RETRY_MODES:
             raise ValueError(f"retry_mode must be standard, adaptive or legacy: {retry_mode!r}")
         self.bucket = bucket
+        #: Heads written with ``If-Match`` on the ETag of the head this process wrote
+        #: last, so such a save does not read the head first (AWS S3, MinIO; turn it off
+        #: for a store that ignores ``If-Match``).
+        self.conditional_writes = conditional_writes
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.client = client or s3_client(
             endpoint_url=endpoint_url,
@@ -101,6 +108,26 @@ class S3DeltaStorage(DeltaStorage):
 
     def _put(self, key: str, data: bytes) -> None:
         self._call(key, "put_object", Key=self.prefix + key, Body=data)
+
+    def _put_head(self, key: str, data: bytes, if_match: str | None) -> str | None:
+        kwargs: dict[str, Any] = {"Key": self.prefix + key, "Body": data}
+        if if_match is not None:
+            kwargs["IfMatch"] = if_match
+        try:
+            response = self._call(key, "put_object", **kwargs)
+        except _NotFound as e:  # If-Match on a head that was deleted
+            raise HeadChanged(key) from e
+        except DeltaStorageError as e:
+            if _error_code(e.__cause__) in _CHANGED:
+                raise HeadChanged(key) from e
+            raise
+        tag = response.get("ETag")
+        return str(tag) if tag and self.conditional_writes else None
+
+    async def write_head(self, key: str, data: bytes, if_match: str | None = None) -> str | None:
+        """The head, conditionally on its ETag when ``if_match`` is given (S3 ``If-Match``
+        on PutObject), so a save onto the head this process wrote skips reading it."""
+        return await self._run(self._put_head, key, data, if_match)
 
     async def write_objects(self, objects: Mapping[str, bytes]) -> None:
         await asyncio.gather(*(self._run(self._put, k, v) for k, v in objects.items()))

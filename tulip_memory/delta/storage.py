@@ -112,6 +112,14 @@ class DeltaStorage(ABC):  # noqa: B024 - abstract through one of two contracts, 
             f"({', '.join(RECORD_METHODS)}), not the object contract this needs"
         )
 
+    async def write_head(self, key: str, data: bytes, if_match: str | None = None) -> str | None:
+        """Write a thread's head and return its version tag (S3: the ETag), or None for
+        a storage without tags (this default: every save then reads the head first).
+        With ``if_match``, write only if the stored head still has that tag, else raise
+        :class:`~tulip_memory.delta.errors.HeadChanged` (another writer, a delete)."""
+        await self.write_objects({key: data})
+        return None
+
     async def copy_objects(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
         """Copy ``(source, dest)`` pairs; returns the sources that were missing.
 

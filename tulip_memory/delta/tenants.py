@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 from tulip_memory.delta.checkpointer import DeltaCheckpointer
+from tulip_memory.delta.errors import HeadChanged
 from tulip_memory.delta.keys import SUMMARIES, ThreadKeys, scoped_key, tenant_part, unscoped_key
 from tulip_memory.delta.storage import DeltaStorage, ObjectInfo, ObjectPage
 
@@ -56,6 +57,12 @@ class TenantStorage(DeltaStorage):
 
     async def write_objects(self, objects: Mapping[str, bytes]) -> None:
         await self.inner.write_objects({self._in(k): v for k, v in objects.items()})
+
+    async def write_head(self, key: str, data: bytes, if_match: str | None = None) -> str | None:
+        try:
+            return await self.inner.write_head(self._in(key), data, if_match)
+        except HeadChanged as e:
+            raise HeadChanged(key) from e
 
     async def delete_objects(self, keys: Sequence[str]) -> None:
         await self.inner.delete_objects([self._in(k) for k in keys])
