@@ -89,6 +89,9 @@ async def test_an_older_checkpoint_never_becomes_the_head(worker: CheckpointWork
     new_id, new_cid, new_body = event(thread, 2, seq=2)
     assert await worker.handle(new_body, new_id) == APPLIED
     assert await worker.handle(old_body, old_id) == SUPERSEDED  # a late redelivery
+    reader = AsyncReader(worker.store)
+    assert (await reader.status(old_id, tenant=TENANT)).state == "superseded"
+    assert (await reader.status(new_id, tenant=TENANT)).state == "applied"
     assert await worker.threads(TENANT).load(thread) == state(2)
     assert await worker.threads(TENANT).list_checkpoints(thread) == [new_cid]
 

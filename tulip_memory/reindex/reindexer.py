@@ -508,13 +508,20 @@ class Reindexer:
         process at a time (a session lock on the job): the worker that ran the last
         batch and the command watching the job may both get here."""
         self._need_owner("switching a job")
-        job = await self._require(job_id)
-        if job.status != "running" or await self._fetch(sql.PENDING_RANGES, job_id):
-            return job
-        async with self._owner() as lock:
+        async with self._owner() as lock:  # one connection: a batch worker may call this
+            job = await self._job_on(lock, job_id)
+            if job.status != "running" or await lock.fetch(self.q(sql.PENDING_RANGES), job_id):
+                return job
             if not await lock.fetchval(sql.FINISH_LOCK, f"{self.store.table}/finish/{job_id}"):
                 return job  # another process is switching it
-            return await self._switch(await self._require(job_id))
+            return await self._switch(await self._job_on(lock, job_id))
+
+    async def _job_on(self, conn: Any, job_id: int) -> ReindexJob:
+        """The job, read on an owner's connection."""
+        row = await conn.fetchrow(self.q(sql.JOB, cols=sql.JOB_COLS), job_id)
+        if row is None:
+            raise ReindexError(f"no reindex job {job_id}")
+        return ReindexJob.from_row(row)
 
     async def _switch(self, job: ReindexJob) -> ReindexJob:
         if job.status != "running":
