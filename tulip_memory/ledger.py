@@ -17,7 +17,7 @@ from typing import Any
 
 from tulip_memory.redaction import REDACT_SQL, redact
 from tulip_memory.store.postgres.audit import Expected
-from tulip_memory.store.postgres.family import Family, Migration
+from tulip_memory.store.postgres.family import Family, Migration, tenant_rls
 from tulip_memory.store.postgres.render import render
 
 TABLE = "public.tulip_event_ledger"
@@ -79,11 +79,7 @@ LEDGER = Family(
                 "ALTER TABLE {t} ADD PRIMARY KEY (tenant, event_id)",
                 "DROP INDEX {t}_key",
                 "CREATE INDEX {p}_key ON {t} (tenant, type, key, seq) WHERE status = 'applied'",
-                "ALTER TABLE {t} ENABLE ROW LEVEL SECURITY",
-                "ALTER TABLE {t} FORCE ROW LEVEL SECURITY",
-                """CREATE POLICY {p}_tenant ON {t}
-                    USING (tenant = current_setting('tulip.tenant', true))
-                    WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
+                *tenant_rls(),
             ),
         ),
         Migration(

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from tulip_memory.store.postgres.audit import Expected
-from tulip_memory.store.postgres.family import Family, Migration
+from tulip_memory.store.postgres.family import Family, Migration, tenant_rls
 
 TABLE = "public.tulip_dead_letters"
 #: The tenant recorded for an event too malformed to name its own.
@@ -49,11 +49,7 @@ LETTERS = Family(
                     failed_at timestamptz NOT NULL DEFAULT now(),
                     replayed_at timestamptz
                 )""",
-                "ALTER TABLE {t} ENABLE ROW LEVEL SECURITY",
-                "ALTER TABLE {t} FORCE ROW LEVEL SECURITY",
-                """CREATE POLICY {p}_tenant ON {t}
-                    USING (tenant = current_setting('tulip.tenant', true))
-                    WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
+                *tenant_rls(),
             ),
         ),
         Migration(

@@ -87,6 +87,19 @@ class Family:
         return expected_objects(table, [s for _, _, statements in rendered for s in statements])
 
 
+def tenant_rls(t: str = "{t}", p: str = "{p}") -> tuple[str, str, str]:
+    """Forced row-level security on ``t`` and its one policy ``<p>_tenant``: a
+    connection sees and writes only the rows of the tenant it is pinned to
+    (``tulip.tenant``)."""
+    return (
+        f"ALTER TABLE {t} ENABLE ROW LEVEL SECURITY",
+        f"ALTER TABLE {t} FORCE ROW LEVEL SECURITY",
+        f"""CREATE POLICY {p}_tenant ON {t}
+            USING (tenant = current_setting('tulip.tenant', true))
+            WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
+    )
+
+
 async def verify_migrations(conn: Any, table: str, versions: list[int]) -> None:
     """Raise :class:`SchemaError` unless ``<table>_migrations`` records ``versions``."""
     import asyncpg

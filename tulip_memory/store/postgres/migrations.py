@@ -12,7 +12,7 @@ a store built with ``migrator=``).
 from __future__ import annotations
 
 from tulip_memory.store.postgres.audit import Expected
-from tulip_memory.store.postgres.family import Family, Migration
+from tulip_memory.store.postgres.family import Family, Migration, tenant_rls
 
 
 def _ns_stats(t: str, p: str) -> tuple[str, ...]:
@@ -37,11 +37,7 @@ def _ns_stats(t: str, p: str) -> tuple[str, ...]:
             dl bigint NOT NULL,
             PRIMARY KEY (tenant, ns)
         )""",
-        f"ALTER TABLE {t}_ns_stats ENABLE ROW LEVEL SECURITY",
-        f"ALTER TABLE {t}_ns_stats FORCE ROW LEVEL SECURITY",
-        f"""CREATE POLICY {p}_ns_stats_tenant ON {t}_ns_stats
-            USING (tenant = current_setting('tulip.tenant', true))
-            WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
+        *tenant_rls(f"{t}_ns_stats", f"{p}_ns_stats"),
         # One function for the three triggers: a branch reads only the transition
         # tables its event has.
         f"""CREATE FUNCTION {t}_ns_count() RETURNS trigger
@@ -212,13 +208,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         2,
         "tenant row-level security",
-        (
-            "ALTER TABLE {t} ENABLE ROW LEVEL SECURITY",
-            "ALTER TABLE {t} FORCE ROW LEVEL SECURITY",
-            """CREATE POLICY {p}_tenant ON {t}
-                USING (tenant = current_setting('tulip.tenant', true))
-                WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
-        ),
+        (*tenant_rls(),),
     ),
     Migration(
         3,
@@ -250,11 +240,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 PRIMARY KEY (tenant, ns, event_id, position)
             )""",
             "CREATE INDEX {p}_turns_ns ON {t}_turns (tenant, ns, created_at DESC)",
-            "ALTER TABLE {t}_turns ENABLE ROW LEVEL SECURITY",
-            "ALTER TABLE {t}_turns FORCE ROW LEVEL SECURITY",
-            """CREATE POLICY {p}_turns_tenant ON {t}_turns
-                USING (tenant = current_setting('tulip.tenant', true))
-                WITH CHECK (tenant = current_setting('tulip.tenant', true))""",
+            *tenant_rls("{t}_turns", "{p}_turns"),
         ),
     ),
     Migration(
