@@ -207,29 +207,32 @@ def _hybrid(
     """The rows of ``scope`` in ``table``, hybrid-ranked: ``out`` and ``_pos``, at most
     ``$3`` of them. ``keep`` may drop ranked rows; it never changes the statistics.
 
-    One pass over the scope's rows, no join: ``hits`` keeps the query's lexemes of a
-    matching row (with their positions), so ``df`` and each row's bm25 unnest only
-    those."""
+    One pass over the scope's rows: ``hits`` keeps the query's lexemes of a matching
+    row (with their positions), ``terms`` has one row per such lexeme, and ``df`` and
+    every row's bm25 are two aggregates over ``terms`` (set-based: a subquery per row
+    costs twice as much on a big scope)."""
     return f"""
 WITH scope AS MATERIALIZED (
-    SELECT {cols}, ({{v}} <=> $4) + 0 AS dist, length(tsv) AS dl,
+    SELECT r.ctid AS _rid, {cols}, ({{v}} <=> $4) + 0 AS dist, length(tsv) AS dl,
            CASE WHEN tsv @@ p.query
                 THEN ts_filter(setweight(tsv, 'A', p.terms), ARRAY['A']::"char"[]) END AS hits
-    FROM {table} CROSS JOIN probe p WHERE {scope}
+    FROM {table} AS r CROSS JOIN probe p WHERE {scope}
 ),
 stats AS MATERIALIZED (SELECT count(*)::float8 AS docs, avg(dl)::float8 AS avgdl FROM scope),
-df AS MATERIALIZED (
-    SELECT u.lexeme, count(*)::float8 AS df
-    FROM scope s CROSS JOIN LATERAL unnest(s.hits) AS u
-    GROUP BY u.lexeme
+terms AS MATERIALIZED (
+    SELECT s._rid, s.dl, u.lexeme, cardinality(u.positions) AS tf
+    FROM scope s CROSS JOIN LATERAL unnest(s.hits) AS u WHERE s.hits IS NOT NULL
+),
+df AS MATERIALIZED (SELECT lexeme, count(*)::float8 AS df FROM terms GROUP BY lexeme),
+bm AS MATERIALIZED (
+    SELECT t._rid, sum(ln(1 + (st.docs - df.df + 0.5) / (df.df + 0.5))
+                       * t.tf * (p.k1 + 1)
+                       / (t.tf + p.k1 * (1 - p.b + p.b * t.dl / st.avgdl))) AS bm25
+    FROM terms t JOIN df USING (lexeme) CROSS JOIN stats st CROSS JOIN probe p
+    GROUP BY t._rid
 ),
 scored AS MATERIALIZED (
-    SELECT s.*, (
-        SELECT sum(ln(1 + (st.docs - df.df + 0.5) / (df.df + 0.5))
-                   * cardinality(u.positions) * (p.k1 + 1)
-                   / (cardinality(u.positions) + p.k1 * (1 - p.b + p.b * s.dl / st.avgdl)))
-        FROM unnest(s.hits) AS u JOIN df USING (lexeme)) AS bm25
-    FROM scope s CROSS JOIN stats st CROSS JOIN probe p
+    SELECT s.*, b.bm25 FROM scope s LEFT JOIN bm b USING (_rid)
 ),
 fused AS (
     SELECT s.*, p.w_lex * coalesce(s.bm25 / max(s.bm25) OVER (), 0)
@@ -352,6 +355,7 @@ def _indexed(
     read again for their columns."""
     same = " AND ".join(f"v.{k} = l.{k}" for k in keys.split(", "))
     lkeys = ", ".join(f"l.{k}" for k in keys.split(", "))
+    tkeys = ", ".join(f"t.{k}" for k in keys.split(", "))
     return f"""
 WITH st AS MATERIALIZED (
     SELECT coalesce(sum(rows), 0)::float8 AS docs,
@@ -359,23 +363,24 @@ WITH st AS MATERIALIZED (
     FROM {table}_ns_stats WHERE {stats_scope}
 ),
 lex AS MATERIALIZED (
-    SELECT {keys}, {at}, ({{v}} <=> $4) + 0 AS dist, length(tsv) AS dl,
-           ts_filter(setweight(tsv, 'A', (SELECT terms FROM probe)), ARRAY['A']::"char"[])
-               AS hits
+    SELECT {keys}, {at}, ({{v}} <=> $4) + 0 AS dist, length(tsv) AS dl, tsv
     FROM {table} WHERE {scope} AND tsv @@ (SELECT query FROM probe)
 ),
-df AS MATERIALIZED (
-    SELECT u.lexeme, count(*)::float8 AS df
-    FROM lex l CROSS JOIN LATERAL unnest(l.hits) AS u
-    GROUP BY u.lexeme
+terms AS MATERIALIZED (
+    SELECT {lkeys}, l.dl, u.lexeme, cardinality(u.positions) AS tf
+    FROM lex l CROSS JOIN probe p
+    CROSS JOIN LATERAL unnest(ts_filter(setweight(l.tsv, 'A', p.terms), '{{{{A}}}}')) AS u
+),
+df AS MATERIALIZED (SELECT lexeme, count(*)::float8 AS df FROM terms GROUP BY lexeme),
+bm AS MATERIALIZED (
+    SELECT {tkeys}, sum(ln(1 + (st.docs - df.df + 0.5) / (df.df + 0.5))
+                        * t.tf * (p.k1 + 1)
+                        / (t.tf + p.k1 * (1 - p.b + p.b * t.dl / st.avgdl))) AS bm25
+    FROM terms t JOIN df USING (lexeme) CROSS JOIN st CROSS JOIN probe p
+    GROUP BY {tkeys}
 ),
 lexs AS MATERIALIZED (
-    SELECT {lkeys}, l.{at}, l.dist, (
-        SELECT sum(ln(1 + (st.docs - df.df + 0.5) / (df.df + 0.5))
-                   * cardinality(u.positions) * (p.k1 + 1)
-                   / (cardinality(u.positions) + p.k1 * (1 - p.b + p.b * l.dl / st.avgdl)))
-        FROM unnest(l.hits) AS u JOIN df USING (lexeme)) AS bm25
-    FROM lex l CROSS JOIN st CROSS JOIN probe p
+    SELECT {lkeys}, l.{at}, l.dist, b.bm25 FROM lex l JOIN bm b USING ({keys})
 ),
 best AS MATERIALIZED (SELECT max(bm25) AS top FROM lexs),
 lex_top AS MATERIALIZED (
