@@ -16,8 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from tulip_memory.redaction import REDACT_SQL, redact
-from tulip_memory.store.postgres.audit import Expected
-from tulip_memory.store.postgres.family import Family, Migration, tenant_rls
+from tulip_memory.store.postgres.family import Family, FixedTable, Migration, tenant_rls
 from tulip_memory.store.postgres.render import render
 
 TABLE = "public.tulip_event_ledger"
@@ -154,20 +153,10 @@ class LedgerEntry:
         return self.status in DONE
 
 
-class EventLedger:
+class EventLedger(FixedTable):
     """Ledger statements; each takes the connection of the caller's transaction."""
 
-    async def migrate(self, conn: Any) -> None:
-        """Create or update the table; ``conn`` acts as the owner role."""
-        await LEDGER.migrate(conn, TABLE, _NAMES)
-
-    def expected(self) -> dict[str, Expected]:
-        """What the migrations leave on the table (for the admin tools' audit)."""
-        return LEDGER.expected(TABLE, _NAMES)
-
-    async def ensure(self, conn: Any) -> None:
-        """Refuse a ledger that provisioning has not brought to this code's version."""
-        await LEDGER.verify(conn, TABLE)
+    family, table, names = LEDGER, TABLE, _NAMES
 
     async def get(self, conn: Any, event_id: str, *, tenant: str) -> LedgerEntry | None:
         """The event's row if it is ``tenant``'s (``conn`` pinned to it): another

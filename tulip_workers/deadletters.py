@@ -20,8 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from tulip_memory.store.postgres.audit import Expected
-from tulip_memory.store.postgres.family import Family, Migration, tenant_rls
+from tulip_memory.store.postgres.family import Family, FixedTable, Migration, tenant_rls
 
 TABLE = "public.tulip_dead_letters"
 #: The tenant recorded for an event too malformed to name its own.
@@ -192,20 +191,10 @@ def minimal(letter: DeadLetter, why: str | None = None) -> DeadLetter:
     )
 
 
-class DeadLetters:
+class DeadLetters(FixedTable):
     """Dead-letter statements; each takes the connection of the caller's transaction."""
 
-    async def migrate(self, conn: Any) -> None:
-        """Create or update the table; ``conn`` acts as the owner role."""
-        await LETTERS.migrate(conn, TABLE, _NAMES)
-
-    def expected(self) -> dict[str, Expected]:
-        """What the migrations leave on the table (for the admin tools' audit)."""
-        return LETTERS.expected(TABLE, _NAMES)
-
-    async def ensure(self, conn: Any) -> None:
-        """Refuse a table that provisioning has not brought to this code's version."""
-        await LETTERS.verify(conn, TABLE)
+    family, table, names = LETTERS, TABLE, _NAMES
 
     async def put(self, conn: Any, letter: DeadLetter) -> None:
         values = [getattr(letter, f) for f in _FIELDS]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from tulip_memory.errors import SchemaError
 from tulip_memory.store.postgres import sql
@@ -85,6 +85,27 @@ class Family:
         :func:`~tulip_memory.store.postgres.audit.audit`)."""
         rendered = self.steps({**names, "t": table})
         return expected_objects(table, [s for _, _, statements in rendered for s in statements])
+
+
+class FixedTable:
+    """A family migrated on one fixed table (the event ledger, the dead letters): the
+    migrate / expected / ensure of the class holding its statements."""
+
+    family: ClassVar[Family]
+    table: ClassVar[str]
+    names: ClassVar[Mapping[str, object]] = _NONE
+
+    async def migrate(self, conn: Any) -> None:
+        """Create or update the table; ``conn`` acts as the owner role."""
+        await self.family.migrate(conn, self.table, self.names)
+
+    def expected(self) -> dict[str, Expected]:
+        """What the migrations leave on the table (for the admin tools' audit)."""
+        return self.family.expected(self.table, self.names)
+
+    async def ensure(self, conn: Any) -> None:
+        """Refuse a table that provisioning has not brought to this code's version."""
+        await self.family.verify(conn, self.table)
 
 
 def tenant_rls(t: str = "{t}", p: str = "{p}") -> tuple[str, str, str]:
