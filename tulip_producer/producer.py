@@ -60,6 +60,7 @@ from tulip_wire.events import (
 from tulip_wire.pending import PendingStates, entry_text
 from tulip_wire.published import PublishedEvents
 from tulip_wire.routing import ShardRouter, stable_hash
+from tulip_wire.shardlayout import Resharding, ShardLayout, layout_key
 from tulip_wire.signing import signer_of
 from tulip_wire.statedelta import NotJSON, advance, canonical
 from tulip_wire.topology import (
@@ -178,6 +179,8 @@ class _Publisher:
         self._pending_ttl = settings.pending_ttl
         self._status_ttl = settings.status_ttl
         self._app = celery_app(settings)
+        self._amqp = settings.broker_is_amqp
+        self._queues: dict[str, Queue] = {q.name: q for q in self._app.conf.task_queues}
         # Our own pool, not kombu's process-global one, so close() releases only ours.
         limit = self._app.conf.broker_pool_limit
         self._connections = self._app.connection_for_write().Pool(limit=limit)
@@ -194,13 +197,15 @@ class _Publisher:
         pipe = self._redis.pipeline(transaction=pending is not None)
         pipe.incr(SEQ_KEY_PREFIX + env.key)
         PublishedEvents.mark(pipe, env.id, env.key, self._status_ttl)
+        pipe.get(layout_key(self._routers[env.type].prefix))
         if pending is not None:
             PendingStates.push(
                 pipe, pending.tenant, pending.thread_id, pending.entry, self._pending_ttl
             )
-        seq = pipe.execute()[0]
+        seq, _, layout = pipe.execute()[:3]
+        router = self._router(env.type, layout)  # Resharding: the caller spools it
         env = env.with_seq(int(seq))
-        self.send(env, self._wire(env))
+        self.send(env, self._wire(env), router)
 
     def report_spool(self, producer: str, depth: int) -> None:
         """Tell ``tulip-memory metrics`` how many events this producer holds in its
@@ -209,7 +214,11 @@ class _Publisher:
 
     def depth(self, kind: str, key: str) -> int:
         """Messages waiting on the shard queue of ``key`` (a passive declare)."""
-        queue = self._routers[kind].queue(key)
+        try:
+            router = self.current_router(kind)
+        except Resharding as r:  # still on the old layout's queues
+            router = ShardRouter(r.prefix, r.old)
+        queue = router.queue(key)
         with self._connections.acquire(block=True) as connection:
             try:
                 ok = connection.default_channel.queue_declare(queue=queue, passive=True)
@@ -217,16 +226,31 @@ class _Publisher:
                 return 0
             return int(ok.message_count)
 
-    def send(self, env: Envelope, text: str) -> None:
+    def _router(self, kind: str, record: bytes | str | None) -> ShardRouter:
+        """The router of ``kind`` by the shard layout record in Redis (see
+        :mod:`tulip_wire.shardlayout`), else by this producer's setting."""
+        mine = self._routers[kind]
+        layout = ShardLayout.parse(record)
+        if layout is None:
+            return mine
+        shards = layout.route(mine.prefix)
+        return mine if shards == mine.shards else ShardRouter(mine.prefix, shards)
+
+    def current_router(self, kind: str) -> ShardRouter:
+        """The router of ``kind`` now (one round trip); :class:`Resharding` while a
+        reshard drains."""
+        return self._router(kind, self._redis.get(layout_key(self._routers[kind].prefix)))
+
+    def send(self, env: Envelope, text: str, router: ShardRouter) -> None:
         """Send ``text`` (the encoded ``env``) as a Celery task message on its shard queue."""
-        queue = self._routers[env.type].queue(env.key)
+        queue = self._queue(router.queue(env.key))
         with self._connections.acquire(block=True) as connection:
             self._app.send_task(
                 TASKS[env.type],
                 args=[text],
                 task_id=env.id,
                 queue=queue,
-                routing_key=queue,
+                routing_key=queue.name,
                 # The default exchange delivers by queue name: kombu's Redis transport
                 # then skips its per-publish binding lookup (one round trip less).
                 exchange="",
@@ -236,6 +260,17 @@ class _Publisher:
                 argsrepr=f"[<{env.type} {env.id} seq={env.seq}>]",
                 **self._options,
             )
+
+    def _queue(self, name: str) -> Queue:
+        """The declared queue ``name``: a shard of this producer's setting, or of a
+        layout a reshard switched to (declared on first use, like the others)."""
+        queue = self._queues.get(name)
+        if queue is None:
+            from tulip_wire.celeryconfig import kombu_queue
+
+            queue = kombu_queue(name, ordered=True, amqp=self._amqp)
+            self._queues = {**self._queues, name: queue}
+        return queue
 
     def _wire(self, env: Envelope) -> str:
         """The encoded envelope (signed when a key is set); a payload that would make it
@@ -528,7 +563,7 @@ class Producer:
             raise EventError("only a published event (one with a seq) can be republished", env.id)
         with self._gate.entered():
             try:
-                self._publisher.send(env, encoded)
+                self._publisher.send(env, encoded, self._publisher.current_router(env.type))
             except Exception as e:
                 raise PublishError(env.id, type(e).__name__) from e
 
@@ -628,6 +663,9 @@ class Producer:
     def _on_failure(self, env: Envelope, error: Exception) -> None:
         # The event id and the error's class only: an error's text may quote the
         # envelope (the user's messages) or a connection string.
+        if isinstance(error, Resharding):
+            log.debug("event %s waits in the spool: %s", env.id, error)
+            return
         if not self._degraded:
             self._degraded = True
             log.warning(

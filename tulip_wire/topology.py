@@ -38,6 +38,7 @@ DEATHS_PREFIX = "tulip:deaths:"  # per task id: shard workers that died running 
 RUNNING_PREFIX = "tulip:running:"  # per shard queue: task ids its worker is running now
 DEAD_LETTER_TALLY_KEY = "tulip:deadletters"  # hash: dead letters per reason class
 SPOOL_REPORT_PREFIX = "tulip:spool:"  # per producer: its spool depth, reported with a TTL
+SHARDS_KEY_PREFIX = "tulip:shards:"  # per ordered role: the shard count producers route by
 
 
 def shard_queue(prefix: str, shard: int) -> str:
