@@ -124,10 +124,13 @@ async def test_reindex_moves_every_row_and_switches_recall(table: Table) -> None
         f"SELECT embedding, {job.slot} AS v FROM {table.name} WHERE key = 'late'"
     )
     assert late[0]["embedding"] is not None and late[0]["v"] is not None
-    assert await table.hnsw() == {job.slot}  # built at the switch; the old one went at start
-    assert job.slot in await table.hnsw("_turns")  # the recall plan reads turns by index too
+    # Built at the switch; the old slot's went at the start, over memories and turns
+    # alike (the recall plan reads both by index).
+    assert await table.hnsw() == {job.slot}
+    assert await table.hnsw("_turns") == {job.slot}
     done = await reindexer.finalize()
     assert done.status == "finalized"
+    assert await table.hnsw() == await table.hnsw("_turns") == {job.slot}
     cols = await table.admin(
         "SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 "
         "AND NOT attisdropped AND atttypid = 'vector'::regtype",
@@ -187,7 +190,9 @@ async def test_refusals_name_what_is_wrong(table: Table) -> None:
         await reindexer.start(NEW, tenant="acme", batch=0)
     assert await table.hnsw() == {"embedding"}
     job = await reindexer.start(NEW, tenant="acme")
-    assert await table.hnsw() == set()  # unused by recall; not maintained during the job
+    # The other tenants' recall (the all-tenants layout) still reads the old slot, so its
+    # indexes stay; an all-tenants job drops them (test_reindex_moves_every_row_...).
+    assert await table.hnsw() == await table.hnsw("_turns") == {"embedding"}
     with pytest.raises(ReindexConflict, match=f"job {job.id} .* is running"):
         await reindexer.start("hashing:64", tenant="acme")
     with pytest.raises(ReindexConflict, match="may not overlap"):
@@ -257,6 +262,8 @@ async def test_finalizing_one_tenant_keeps_the_others_vectors(table: Table) -> N
     reindexer = Reindexer(store, admin_dsn=table.admin_dsn)
     job = await reindexer.start(NEW, tenant="acme")
     assert job.status == "switched"
+    # globex's recall still reads the old slot: its indexes stayed through the job.
+    assert await table.hnsw() == await table.hnsw("_turns") == {"embedding", job.slot}
     await reindexer.finalize("acme")
     rows = await table.admin(
         f"SELECT tenant, embedding IS NOT NULL AS old, {job.slot} IS NOT NULL AS new "
@@ -266,7 +273,8 @@ async def test_finalizing_one_tenant_keeps_the_others_vectors(table: Table) -> N
         ("acme", False, True),
         ("globex", True, False),
     }
-    assert await table.hnsw() == {"embedding", job.slot}  # both still read by someone
+    # Both slots are still read by someone, so both keep their indexes.
+    assert await table.hnsw() == await table.hnsw("_turns") == {"embedding", job.slot}
     # Each tenant's recall reads its own slot, at its own width.
     assert len(await store.search_by_embedding(("acme", "facts"), [0.1] * 48)) == 5
     assert len(await store.search_by_embedding(("globex", "facts"), [0.1] * 32)) == 5

@@ -237,11 +237,19 @@ class Reindexer:
                 await conn.execute(self.q(sql.ADD_WRITE_SLOT_TENANT), scope, slot)
             else:
                 await conn.execute(self.q(sql.ADD_WRITE_SLOT_ALL), slot)
+            reads = await self._reads(conn, ALL_TENANTS)
+            others = {s for sc, s in reads.items() if sc != scope} if scope else set()
             for old in await self._read_slots(conn, scope):
-                # No statement of the store orders by the index (recall is an exact
-                # scan); keeping it would re-insert every row the batches move into
-                # the graph, 80% of a job's time. Rebuilt if the old slot stays read.
-                await conn.execute(self.q(sql.DROP_INDEX, i=self._index_of(old)))
+                # Every batch rewrites its rows (a wider row rarely stays on its page),
+                # so each old index would take every row again: for HNSW a graph
+                # insert per row, 80% of a job's time. The old slot's indexes over
+                # the memories and the turns go, unless another tenant's recall still
+                # reads the slot (its big scopes take the index path); rebuilt if the
+                # old slot stays read after all (a finalize abandoning the job).
+                if old in others:
+                    continue
+                for table in (self.store.table_name, f"{self.store.table_name}_turns"):
+                    await conn.execute(self.q(sql.DROP_INDEX, i=self._index_of(old, table)))
         return await self._require(job_id)
 
     async def _reads(self, conn: Any, scope: str) -> dict[str, str]:
@@ -254,9 +262,10 @@ class Reindexer:
         """The slots recall reads in ``scope``."""
         return sorted(set((await self._reads(conn, scope)).values()))
 
-    def _index_of(self, slot: str) -> str:
+    def _index_of(self, slot: str, table: str) -> str:
+        """The qualified name of ``slot``'s HNSW index over ``table`` (a bare name)."""
         schema = self.store.table.rsplit(".", 1)[0]
-        return f"{schema}.{slot_index(self.store.table_name, slot)}"
+        return f"{schema}.{slot_index(table, slot)}"
 
     async def _advance(self, job: ReindexJob) -> None:
         """Plan (if not planned), then send every pending range."""
