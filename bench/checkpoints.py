@@ -107,6 +107,10 @@ class CountingStorage(DeltaStorage):
         self.written_log += sum(len(v) for k, v in objects.items() if k.startswith("log/"))
         await self.inner.write_objects(objects)
 
+    async def write_head(self, key: str, data: bytes, if_match: str | None = None) -> str | None:
+        self.written += len(data)
+        return await self.inner.write_head(key, data, if_match)
+
     async def delete_objects(self, keys: Sequence[str]) -> None:
         await self.inner.delete_objects(keys)
 

@@ -529,7 +529,9 @@ class Producer:
                     tenant, thread_id, checkpoint_id, base=known.checkpoint_id,
                     patch=step.patch, digest=digest, ts=now,
                 )  # fmt: skip
-                body = json.dumps(step.patch, ensure_ascii=False, allow_nan=False)
+                body = json.dumps(
+                    step.patch, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+                )
                 entry = entry_text(checkpoint_id, known.checkpoint_id, digest, body)
             else:
                 env = events.checkpoint_saved(
