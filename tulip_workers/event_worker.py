@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -312,8 +312,11 @@ class EventWorker(ABC):
             attempts=attempts,
             failed_at=datetime.now(UTC),
         )
+        # A letter of no event's own (malformed) takes its id only if no other
+        # letter holds it; a digest of its body otherwise.
+        digest = forged_event_id(body) if env is None else None
         try:
-            await self._file(letter)
+            letter = await self._file_unclaimed(letter, digest)
         except Exception as e:
             if is_unreachable(e):
                 raise
@@ -322,8 +325,7 @@ class EventWorker(ABC):
                 event_id,
                 redact(describe(e)),
             )
-            letter = minimal(letter, describe(e))
-            await self._file(letter)
+            letter = await self._file_unclaimed(minimal(letter, describe(e)), digest)
         await self._count(kind)
         return Outcome(DEAD, letter.event_id, env.key if env else None, attempts, letter.reason)
 
@@ -378,10 +380,9 @@ class EventWorker(ABC):
             attempts=failures,
             failed_at=datetime.now(UTC),
         )
-        letter = minimal(letter)
         started = time.perf_counter()
         try:
-            await self._file(letter)
+            letter = await self._file_unclaimed(minimal(letter), forged_event_id(body))
         except Exception as e:
             log.error("cannot file a minimal dead letter of %s (%s)", task_id, redact(describe(e)))
             return None
@@ -426,13 +427,40 @@ class EventWorker(ABC):
             attempts=0,
             failed_at=datetime.now(UTC),
         )
-        letter = minimal(letter)
+        letter = await self._file_unclaimed(minimal(letter), forged_event_id(raw))
         log.error("message %s is a dead letter: %s", letter.event_id, redact(letter.reason))
-        await self._file(letter)
         await self._count(MALFORMED)
         result = Outcome(DEAD, letter.event_id, None, 0, letter.reason)
         self._log(result, queue, started)
         return result
+
+    async def _file_unclaimed(self, letter: DeadLetter, digest_id: str | None) -> DeadLetter:
+        """File a letter under the id its message names, unless another letter holds
+        that id (a forger naming someone's dead letter must not replace it, nor stop
+        the shard on the row it may not see): then under ``digest_id``, a digest of
+        its body. The same message filed again finds its own letter. Without
+        ``digest_id`` (an event's own letter) it is filed under its id, as it is."""
+        if digest_id is None:
+            await self._file(letter)
+            return letter
+        if letter.event_id != digest_id:
+            try:
+                async with self.store.transaction(letter.tenant) as tx:
+                    held = await self.dead_letters.get(tx.conn, letter.event_id)
+                if held is None or held.sha256 == letter.sha256:
+                    await self._file(letter)
+                    return letter
+            except Exception as e:
+                if is_unreachable(e):
+                    raise
+                log.error(
+                    "dead letter %s not filed under its own id (%s)",
+                    letter.event_id,
+                    redact(describe(e)),
+                )
+        letter = replace(letter, event_id=digest_id)
+        await self._file(letter)
+        return letter
 
     async def _count(self, kind: str) -> None:
         if self.tally is not None:
