@@ -1,7 +1,7 @@
 """Invariant 6 at scale: recall is complete everywhere and sublinear on big namespaces.
 
 One table where a tenant holds 100,000 rows in one namespace, 30 tenants hold 1-50,
-and one namespace of 6,000 rows keeps its vectors where a search near the query never
+and one namespace of 14,000 rows keeps its vectors where a search near the query never
 reaches them (opposite the query, beyond the iterative scan's ``max_scan_tuples``).
 The same shapes fill the turns table. Everything is read through the application
 role under forced row-level security. The tests assert on the path the store chose
@@ -29,7 +29,7 @@ from tulip_memory.store.postgres import plan, slots, sql
 from tulip_memory.store.validation import NS_SEP
 
 DIM = 8  # HRR: 16-wide vectors keep the 100,000-row fixture quick to build
-BIG, RARE = 100_000, 6_000
+BIG, RARE = 100_000, 14_000  # RARE: big enough for the index path (plan.choose)
 SMALL = [1 + (i * 7) % 50 for i in range(30)]
 START = datetime(2026, 1, 1, tzinfo=UTC)
 QUERIES = ["alpha5 beta7", "gamma11", "alpha40 gamma2 beta3", "beta88", "alpha1 beta2"]
@@ -154,6 +154,19 @@ def _expected_paths(ns: tuple[str, ...]) -> set[str]:
     if ns == RARE_NS:
         return {plan.INDEX, plan.FALLBACK}
     return {plan.INDEX} if ns == BIG_NS else {plan.EXACT}
+
+
+def test_the_plan_follows_the_scopes_size_and_share_of_the_table() -> None:
+    # Small scopes, and mid-sized ones that are a small share of a big table (their
+    # iterative scan would read many other scopes' rows), take the exact path.
+    assert plan.choose(2_000, 2_000, 10) == plan.EXACT
+    assert plan.choose(4_500, 200_000, 10) == plan.EXACT
+    assert plan.choose(9_000, 200_000, 10) == plan.EXACT
+    assert plan.choose(30_000, 200_000, 10) == plan.INDEX
+    assert plan.choose(100_000, 1_000_000, 10) == plan.INDEX
+    assert plan.choose(200_000, 220_000, 10) == plan.INDEX  # a heavy user's turns
+    assert plan.choose(20_000, 1_000_000, 10) == plan.EXACT
+    assert plan.choose(50_000, 0, 10) == plan.INDEX  # no estimate yet: the scope alone
 
 
 @pytest.mark.parametrize("what", ["memories", "turns"])

@@ -11,9 +11,11 @@ by triggers in ``<table>_ns_stats`` / ``<table>_turns_ns_stats``, when:
 
 - the server can run it: pgvector >= 0.8 and a leakproof ``@@`` (see below);
 - the scope holds at least :data:`INDEX_MIN_ROWS` rows;
-- an iterative scan can be expected to find the candidates before it stops: the scope
-  is at least ``2 * candidates / max_scan_tuples`` of the table (its planner estimate,
-  ``pg_class.reltuples``; the HNSW index spans every tenant).
+- an iterative scan can be expected to find the candidates before it stops (the
+  scope is at least ``2 * candidates / max_scan_tuples`` of the table, its planner
+  estimate ``pg_class.reltuples``; the HNSW index spans every tenant), and cheaper
+  than the exact scan: it reads about ``candidates / share`` tuples, each
+  :data:`SCAN_COST_RATIO` times a row of the exact path (see :func:`choose`).
 
 When the scan still comes back short (the scope's vectors are rarer in the index
 than expected, or missing), the store runs the exact path: recall stays complete.
@@ -33,10 +35,11 @@ Thresholds, measured with ``bench/recall.py`` (384-d hashing vectors, 2 shared c
 see the README for the command): the exact path costs about 8 us per row of the scope
 (20 ms p50 for the 1k-10k class), the index path 15-25 ms for scopes of 10,000 to
 100,000 rows, mostly in reading every lexical match (its cost follows the matches,
-not the rows). They cross near 2,500 rows: :data:`INDEX_MIN_ROWS`. The fraction rule
-keeps scopes under ``table_rows / 100`` exact whatever their size (on a table of a
-million rows, those under 10,000): their scan would need more than
-``max_scan_tuples`` to find 200 of their rows.
+not the rows). They cross near 2,500 rows for a scope that is most of its table:
+:data:`INDEX_MIN_ROWS`. A scope that is a small share of a big table pays for the
+other scopes' rows its iterative scan reads and filters out, so it stays exact up to
+about ``sqrt(SCAN_COST_RATIO * candidates * table_rows)`` rows (12,600 of 200,000;
+28,000 of a million).
 """
 
 from __future__ import annotations
@@ -111,14 +114,30 @@ SELECT (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS vector,
           AND o.oprright = 'tsquery'::regtype) AS leakproof"""
 
 
+#: What an HNSW iterative scan pays per tuple it reads (the other scopes' rows it
+#: filters out included) against what the exact path pays per row of its scope.
+#: Measured on ``bench/recall.py``'s 200,000-row table (2 shared cores): a 4,511-row
+#: namespace's scan read 2,213 tuples for its 40 candidates in 292 ms (132 us each)
+#: where the exact path took 96 ms (21 us a row); at 9,095 rows 309 against 221 ms,
+#: at 30,158 rows 186 against 956 ms. 20 puts the crossover between the last two.
+SCAN_COST_RATIO = 20
+
+
 def choose(rows: int, table_rows: float, limit: int) -> str:
     """:data:`INDEX` or :data:`EXACT` for a scope of ``rows`` rows in a table of about
     ``table_rows`` (planner estimate; 0 or less when unknown), on a server that can
-    run the index path."""
+    run the index path. The iterative scan reads about ``candidates * table_rows /
+    rows`` tuples to find the scope's candidates: the index path is taken where that,
+    at :data:`SCAN_COST_RATIO` times the exact path's cost a row, is cheaper than the
+    scope's exact scan (so from about ``sqrt(20 * 40 * table_rows)`` rows: 12,600 of a
+    200,000-row table, 28,000 of a million), and where it fits ``max_scan_tuples``."""
     if rows < max(INDEX_MIN_ROWS, 2 * limit):
         return EXACT
-    expected = rows / table_rows * MAX_SCAN_TUPLES if table_rows > rows else MAX_SCAN_TUPLES
-    return INDEX if expected >= 2 * candidates(limit) else EXACT
+    share = rows / table_rows if table_rows > rows else 1.0
+    scanned = candidates(limit) / share
+    if scanned * SCAN_COST_RATIO > rows:
+        return EXACT
+    return INDEX if share * MAX_SCAN_TUPLES >= 2 * candidates(limit) else EXACT
 
 
 class TableRows:
