@@ -4,8 +4,9 @@ Each thread is saved turn by turn through a real :class:`~tulip_producer.Produce
 an embedded Redis (broker and pending lists), and every message is taken off its queue
 right after by a kombu consumer with late acks, as a worker takes it, so Redis receives
 every copy: the pending entry, the broker message and the broker's unacked copy.
-Bytes are ``INFO stats`` ``total_net_input_bytes`` around each save (the INFO
-calls' own bytes subtracted), against the JSON size of what changed (the
+Bytes are ``INFO stats`` ``total_net_input_bytes`` around each save and its
+consumption, with the worker's trim of the pending list (the INFO calls' own bytes
+subtracted), against the JSON size of what changed (the
 :mod:`tulip_memory.delta.diff` patch from the previous turn; the whole state for the
 first save). The same turns go once with the producer's base cache (deltas) and once
 with it off (``PublishedBases(0, 0)``: every save whole, the behaviour before deltas).
@@ -30,6 +31,7 @@ from tulip_memory.state import AgentState
 from tulip_producer import Producer, ProducerSettings
 from tulip_producer.bases import PublishedBases
 from tulip_wire.endpoints import kombu_url, redis_client
+from tulip_wire.pending import PendingStates
 
 ENVELOPE = 1024  # the fixed allowance per save of the target: <= 3x change + 1 KiB
 
@@ -68,8 +70,14 @@ def run_thread(
     url: str, spool: Path, name: str, states: Sequence[AgentState], deltas: bool
 ) -> WireRun:
     settings = ProducerSettings(
-        broker_url=url, redis_url=url, spool_dir=spool, checkpoint_shards=1, extract_shards=1
+        broker_url=url,
+        redis_url=url,
+        spool_dir=spool,
+        checkpoint_shards=1,
+        extract_shards=1,
+        publish_timeout=30.0,  # measured, not spooled, on a loaded machine
     )
+    pending = PendingStates(redis_client(url))
     bases = PublishedBases() if deltas else PublishedBases(0, 0)
     info = redis_client(url)
 
@@ -84,16 +92,17 @@ def run_thread(
     with Producer(settings, bases=bases) as producer, Connection(kombu_url(url)) as conn:
         queue = conn.SimpleQueue("memory.checkpoint.0")
         producer.checkpoint_saved(thread, states[0], tenant="bench")  # connections warm
-        queue.get(timeout=5).ack()
+        queue.get(timeout=60).ack()
         producer.bases.drop(f"bench\x1f{thread}")
         thread = f"{name}-{uuid.uuid4().hex[:6]}"
         for state in states:
             before = stat()
             t0 = time.perf_counter()
-            producer.checkpoint_saved(thread, state, tenant="bench")
+            cid = producer.checkpoint_saved(thread, state, tenant="bench")
             ms.append((time.perf_counter() - t0) * 1000)
-            message = queue.get(timeout=5)  # BRPOP + the unacked copy, as a worker
+            message = queue.get(timeout=60)  # BRPOP + the unacked copy, as a worker
             message.ack()
+            pending.clear_if("bench", thread, cid)  # and the worker's trim once written
             wire.append(stat() - before - cost)
         queue.close()
     info.close()

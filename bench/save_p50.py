@@ -1,0 +1,93 @@
+"""Save p50 on S3 (moto) with and without the conditional head write, beside LangGraph's
+``PostgresSaver``, the same turns interleaved in one run.
+
+- **tagged**: :class:`~tulip_memory.delta.S3DeltaStorage` as shipped: a save onto the
+  head this process wrote is one ``PutObject`` with ``If-Match`` (no read of the head);
+- **read-first**: ``conditional_writes=False``: every save reads the head, then writes
+  it (the behaviour before);
+- **full**: one ``PutObject`` of the whole compressed state (no history at all);
+- **langgraph** (with ``langgraph-checkpoint-postgres`` installed in the bench
+  environment): ``PostgresSaver.put`` on an embedded Postgres.
+
+Usage: ``python -m bench.save_p50 --dataset '../shared/data/locomo10/41.json'``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import importlib.util
+import os
+import statistics
+import uuid
+
+from bench.checkpoints import (
+    FullEverySave,
+    LangGraphPostgres,
+    Ours,
+    langgraph_saver,
+    moto_server,
+    threads_from,
+    timed,
+)
+from tulip_memory.delta import S3DeltaStorage
+
+
+async def run(args: argparse.Namespace) -> None:
+    import boto3
+
+    for var, value in (("AWS_ACCESS_KEY_ID", "bench"), ("AWS_SECRET_ACCESS_KEY", "bench")):
+        os.environ.setdefault(var, value)
+    threads = threads_from(args)
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(moto_server())
+        use_lg = importlib.util.find_spec("langgraph.checkpoint.postgres") is not None
+        saver = stack.enter_context(langgraph_saver()) if use_lg else None
+        bucket = f"tulip-bench-{uuid.uuid4().hex[:8]}"
+        boto3.client("s3", endpoint_url=url, region_name="us-east-1").create_bucket(Bucket=bucket)
+
+        def storage(conditional: bool) -> S3DeltaStorage:
+            return S3DeltaStorage(
+                bucket, "bench", endpoint_url=url, region_name="us-east-1",
+                conditional_writes=conditional,
+            )  # fmt: skip
+
+        print(
+            f"{'thread':<16}{'saves':>6} | {'tagged':>7}{'read-1st':>9}{'full':>7}{'lg':>7}"
+            f" | {'tag/rd':>7}{'tag/full':>9}{'tag/lg':>7}{'rd/lg':>7}  (save p50, ms)"
+        )
+        for thread in threads:
+            tagged = Ours(storage(True), args.depth, thread.name)
+            plain = Ours(storage(False), args.depth, thread.name)
+            full = FullEverySave(storage(True))
+            lg = LangGraphPostgres(saver, thread.name) if saver is not None else None
+            ms: dict[str, list[float]] = {"t": [], "r": [], "f": [], "l": []}
+            for i, state in enumerate(thread.states):
+                ms["t"].append((await timed(functools.partial(tagged.save, state)))[0])
+                ms["r"].append((await timed(functools.partial(plain.save, state)))[0])
+                ms["f"].append((await timed(functools.partial(full.save, i, state)))[0])
+                if lg is not None:
+                    ms["l"].append((await timed(functools.partial(lg.save, i, state)))[0])
+            assert await tagged.load_latest() == thread.states[-1]
+            assert await plain.load_latest() == thread.states[-1]
+            p = {k: statistics.median(v) if v else float("nan") for k, v in ms.items()}
+            print(
+                f"{thread.name[-16:]:<16}{len(thread.states):>6} | {p['t']:>7.2f}{p['r']:>9.2f}"
+                f"{p['f']:>7.2f}{p['l']:>7.2f} | {p['t'] / p['r']:>6.2f}x{p['t'] / p['f']:>8.2f}x"
+                f"{p['t'] / p['l']:>6.2f}x{p['r'] / p['l']:>6.2f}x"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", action="append", help="LoCoMo JSON files (glob)")
+    parser.add_argument("--threads", type=int, default=1, help="synthetic threads")
+    parser.add_argument("--turns", type=int, default=600, help="turns per synthetic thread")
+    parser.add_argument("--depth", type=int, default=5, help="max_chain_depth")
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
