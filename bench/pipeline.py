@@ -368,12 +368,11 @@ class Bench:
     table: str = field(default_factory=lambda: f"bench_pipeline_{uuid.uuid4().hex[:8]}")
     event_ids: list[str] = field(default_factory=list)
 
-    def producer(self, shards: int) -> Producer:
+    def producer(self, shards: int, **options: Any) -> Producer:
+        """A producer on the bench's broker; ``options`` as ``ProducerSettings``'."""
+        options.setdefault("spool_dir", self.services.tmp / "spool")
         return Producer.from_urls(
-            self.services.broker_url,
-            self.services.broker_url,
-            spool_dir=self.services.tmp / "spool",
-            extract_shards=shards,
+            self.services.broker_url, self.services.broker_url, extract_shards=shards, **options
         )
 
     def worker_env(self) -> dict[str, str]:

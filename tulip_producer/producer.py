@@ -41,11 +41,12 @@ from tulip_memory.errors import TulipMemoryError
 from tulip_memory.messages import Message
 from tulip_memory.state import AgentState
 from tulip_producer.bases import PublishedBases
+from tulip_producer.direct import MARK_SEQ, DirectPublisher
 from tulip_producer.settings import ProducerSettings
 from tulip_producer.spool import Spool, SpooledEvent
 from tulip_wire import events
 from tulip_wire.claimcheck import ClaimCheckStore
-from tulip_wire.endpoints import broker_endpoint, redis_client
+from tulip_wire.endpoints import broker_endpoint, redis_client, scheme_of
 from tulip_wire.events import (
     CHECKPOINT_SAVED,
     SESSION_ENDED,
@@ -187,8 +188,21 @@ class _Publisher:
         self._options = (
             {"confirm_timeout": settings.publish_timeout} if settings.broker_is_amqp else {}
         )
+        self._direct = (
+            DirectPublisher(self._redis, settings.status_ttl)
+            if direct_possible(settings, self._app)
+            else None
+        )
 
     def publish(self, env: Envelope, pending: _Pending | None = None) -> None:
+        if pending is None and self._direct is not None:
+            router = self._routers[env.type]
+            text = self._wire(env.with_seq(MARK_SEQ))
+            if self._direct.publish(env, text, TASKS[env.type], router) is not None:
+                return
+        self._publish(env, pending)
+
+    def _publish(self, env: Envelope, pending: _Pending | None) -> None:
         """Assign the key's next sequence number, mark the id published, append the
         save to its thread's pending list (one round trip for all), and send.
 
@@ -312,6 +326,19 @@ class _Pending:
     tenant: str
     thread_id: str
     entry: str
+
+
+def direct_possible(settings: ProducerSettings, app: Celery) -> bool:
+    """Whether :mod:`tulip_producer.direct` can publish: a Redis broker that is also
+    the sequence-number Redis (one database, keys unprefixed), nothing signed."""
+    options = app.conf.broker_transport_options or {}
+    return (
+        settings.direct_publish
+        and settings.signing_key is None
+        and settings.redis_url == settings.broker_url
+        and scheme_of(settings.broker_url) in {"redis", "rediss", "unix"}
+        and not options.get("global_keyprefix")
+    )
 
 
 def _redis_client(settings: ProducerSettings) -> redis.Redis:

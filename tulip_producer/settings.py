@@ -66,6 +66,9 @@ class ProducerSettings:
     s3_endpoint_url: str | None = None
     #: ``TULIP_EVENT_SIGNING_KEY``: every envelope is signed with it (never in ``repr``).
     signing_key: str | None = field(default=None, repr=False)
+    #: Publish in one Redis round trip where possible (:mod:`tulip_producer.direct`);
+    #: ``False`` always takes Celery's ``send_task`` (benchmarks compare the two).
+    direct_publish: bool = True
 
     def __post_init__(self) -> None:
         spool_dir = Path(self.spool_dir).absolute()

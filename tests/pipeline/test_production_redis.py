@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.pipeline.conftest import Pipeline
+from tests.support.pg import app_store
 from tests.support.redis_servers import TlsRedis, sentinel_url, tls_redis
 from tests.support.services import Postgres
 from tests.support.workers import WorkerFactory
+from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.messages import Message, Role
+from tulip_ops.provision import migrate_now
 
 __all__ = ["sentinel_url", "tls_redis"]  # fixtures
 
@@ -38,6 +41,8 @@ def _run(pipeline: Pipeline) -> None:
 
 def _pipeline(url: str, postgres: Postgres, workers: WorkerFactory, tmp_path: Path) -> Pipeline:
     table = f"pipe_{uuid.uuid4().hex[:8]}"
+    # Migrated as the owner before any worker (the application role) uses it.
+    migrate_now(app_store(postgres.app_dsn, table=table, embedder=HashingEmbedder(384)))
     return Pipeline(url, postgres.app_dsn, postgres.admin_dsn, table, tmp_path / "spool", workers)
 
 
