@@ -57,16 +57,22 @@ def _git(*args: str) -> str:
     ).stdout
 
 
-def export(rev: str, into: Path) -> Path:
-    """The tree of ``rev`` under ``into`` (no repository), with this tree's ``bench/``."""
+def export(rev: str, into: Path, bench: Path) -> Path:
+    """The tree of ``rev`` under ``into`` (no repository), with ``bench`` as its ``bench/``."""
+    _extract(rev, into)
+    shutil.rmtree(into / "bench")
+    shutil.copytree(bench, into / "bench", ignore=shutil.ignore_patterns("__pycache__"))
+    return into
+
+
+def _extract(rev: str, into: Path, *paths: str) -> None:
     archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar", rev], check=True, capture_output=True
+        ["git", "-C", str(ROOT), "archive", "--format=tar", rev, *paths],
+        check=True,
+        capture_output=True,
     ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
-    shutil.rmtree(into / "bench")
-    shutil.copytree(ROOT / "bench", into / "bench", ignore=shutil.ignore_patterns("__pycache__"))
-    return into
 
 
 @dataclass(frozen=True)
@@ -142,14 +148,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--after", help="a commit to run as the after side (default: this tree)")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each side (2)")
     parser.add_argument("--logs", type=Path, help="keep every run's full report here")
+    parser.add_argument(
+        "--bench-from",
+        help="the commit whose bench/ both sides run (default: this tree's); one whose "
+        "launcher the before tree can still start",
+    )
     args, options = parser.parse_known_args(argv)
     before = _git("rev-parse", args.before).strip() if args.before else before_classification()
     runs: dict[str, list[dict[str, Row]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="tulip-before-") as tmp:
-        old = export(before, Path(tmp) / "before")
+        bench = ROOT / "bench"
+        if args.bench_from:
+            _extract(_git("rev-parse", args.bench_from).strip(), Path(tmp) / "bench-src", "bench")
+            bench = Path(tmp) / "bench-src" / "bench"
+        old = export(before, Path(tmp) / "before", bench)
         new = ROOT
         if args.after:
-            new = export(_git("rev-parse", args.after).strip(), Path(tmp) / "after")
+            new = export(_git("rev-parse", args.after).strip(), Path(tmp) / "after", bench)
         logs = args.logs or Path(tmp) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         for r in range(args.rounds):
