@@ -47,7 +47,14 @@ task_acks_late = True
 task_reject_on_worker_lost = True
 worker_prefetch_multiplier = 1
 task_time_limit = TASK_TIME_LIMIT
-broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT, **_broker.transport_options}
+# One list per queue on Redis (no priority lists): a priority would reorder a
+# namespace, and a shard worker consumes its one list atomically
+# (tulip_workers.reliable_redis).
+broker_transport_options = {
+    "visibility_timeout": VISIBILITY_TIMEOUT,
+    "priority_steps": [0],
+    **_broker.transport_options,
+}
 broker_connection_retry_on_startup = True
 
 task_serializer = "json"

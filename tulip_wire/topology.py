@@ -36,6 +36,7 @@ SUMMARY_PENDING_PREFIX = "tulip:summarize:"  # one summary job per thread in fli
 SEMAPHORE_PREFIX = "tulip:sem:"  # counting semaphores (one sorted set of leases each)
 DEATHS_PREFIX = "tulip:deaths:"  # per task id: shard workers that died running it
 RUNNING_PREFIX = "tulip:running:"  # per shard queue: task ids its worker is running now
+DELIVERING_PREFIX = "tulip:delivering:"  # per shard queue: a message popped, not yet unacked
 DEAD_LETTER_TALLY_KEY = "tulip:deadletters"  # hash: dead letters per reason class
 SPOOL_REPORT_PREFIX = "tulip:spool:"  # per producer: its spool depth, reported with a TTL
 SHARDS_KEY_PREFIX = "tulip:shards:"  # per ordered role: the shard count producers route by
@@ -44,6 +45,11 @@ SHARDS_KEY_PREFIX = "tulip:shards:"  # per ordered role: the shard count produce
 def shard_queue(prefix: str, shard: int) -> str:
     """The name of shard ``shard`` of an ordered role."""
     return f"{prefix}.{shard}"
+
+
+def is_ordered_queue(name: str) -> bool:
+    """A shard queue of an ordered role (``memory.extract.3``)."""
+    return name.startswith(tuple(f"{p}." for p in ORDERED_QUEUE_PREFIXES))
 
 
 def shard_queues(prefix: str, shards: int) -> list[str]:

@@ -53,7 +53,9 @@ from kombu.utils.json import dumps, loads
 
 from tulip_wire.endpoints import redis_client
 from tulip_wire.redact import redact_url
-from tulip_wire.topology import DEATHS_PREFIX, ORDERED_QUEUE_PREFIXES, RUNNING_PREFIX
+from tulip_wire.topology import DEATHS_PREFIX, RUNNING_PREFIX, is_ordered_queue
+from tulip_workers import reliable_redis
+from tulip_workers.reliable_redis import delivering_key
 
 _EXIT_FAILURE = 1
 #: How long a message's death count is kept (longer than any backlog lasts).
@@ -81,7 +83,9 @@ def restore_unacked(connection_or_channel: Any, queues: Iterable[str]) -> int:
 
     Takes a kombu ``Connection`` or Redis ``Channel``. Messages go back oldest first
     (by kombu's delivery time), marked redelivered like kombu's own restore does, and
-    leave kombu's unacked hash and index in the same atomic step. Messages that could
+    leave kombu's unacked hash and index in the same atomic step; behind them goes what
+    the dead consumer had popped and not yet recorded (each queue's delivering list,
+    :mod:`tulip_workers.reliable_redis`). Messages that could
     also belong to a queue not in ``queues`` are left alone. Returns how many moved.
 
     Only safe when nobody else consumes ``queues`` right now (true of a shard worker
@@ -94,18 +98,17 @@ def restore_unacked(connection_or_channel: Any, queues: Iterable[str]) -> int:
     prefix = channel.global_keyprefix
     hash_key, index_key = prefix + channel.unacked_key, prefix + channel.unacked_index_key
     entries = _unacked_oldest_first(client, hash_key, index_key)
-    running_keys = [_running_key(channel, q) for q in sorted(set(queues))]
+    own = sorted(set(queues))
+    running_keys = [_running_key(channel, q) for q in own]
     ran = {bytes_to_str(t) for key in running_keys for t in client.smembers(key)}
     moves = _plan(channel, entries, frozenset(queues), ran)
-    if not moves:
-        client.delete(*running_keys)
-        return 0
+    lists = [key for q in own for key in (delivering_key(prefix, q), _queue_key(channel, q, {}))]
     script = client.register_script(_lua("restore_unacked.lua"))
-    keys = [hash_key, index_key, *(m.queue_key for m in moves), *(m.counter for m in moves)]
+    keys = [hash_key, index_key, *(m.queue_key for m in moves), *(m.counter for m in moves), *lists]
     args = [
         value for m in moves for value in (m.tag, m.entry, m.payload, "1" if m.was_running else "0")
     ]
-    moved = int(script(keys=keys, args=[*args, DEATHS_TTL]))
+    moved = int(script(keys=keys, args=[*args, DEATHS_TTL, len(own)]))
     client.delete(*running_keys)
     return moved
 
@@ -227,9 +230,7 @@ def _task_id(payload: dict[str, Any], tag: _Raw) -> str:
 
 def ordered_queues(names: Iterable[str]) -> list[str]:
     """The shard queues among ``names`` (``memory.extract.*``, ``memory.checkpoint.*``)."""
-    return sorted(
-        name for name in names if name.startswith(tuple(f"{p}." for p in ORDERED_QUEUE_PREFIXES))
-    )
+    return sorted(name for name in names if is_ordered_queue(name))
 
 
 def restore_for_worker(app: Celery, queue_names: Iterable[str]) -> int:
@@ -279,7 +280,10 @@ def connect_loudly(connection: Any, max_retries: int | None) -> None:
 
 
 def install(app: Celery) -> None:
-    """Before each worker of ``app`` consumes, restore its shard queues' unacked messages."""
+    """Before each worker of ``app`` consumes, restore its shard queues' unacked messages;
+    and consume shard queues so that none is lost between pop and unacked write
+    (:mod:`tulip_workers.reliable_redis`, installed for the process)."""
+    reliable_redis.install()
 
     def restore_before_consuming(instance: Any = None, **_: Any) -> None:
         if instance is not None and instance.app is app:

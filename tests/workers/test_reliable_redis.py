@@ -1,0 +1,203 @@
+"""A shard queue's message is never lost between the pop and the unacked write.
+
+kombu's ``BRPOP`` takes a message off the queue when Redis replies; a consumer that dies
+before it has read the reply and written the unacked hash loses it. Each test here
+reproduces that death against a real Redis by asking for a message and dropping the
+connection before reading the reply (what a SIGKILL does, as far as Redis can tell),
+with kombu's own transport (the message is gone) and with ours (it comes back, in order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from kombu import Connection, Exchange, Queue
+from kombu import transport as kombu_transports
+
+from tests.workers.test_redelivery import kombu_url
+from tulip_wire import celeryconfig
+from tulip_workers import reliable_redis
+from tulip_workers.redelivery import restore_unacked
+
+QUEUE = "memory.checkpoint.0"
+exchange = Exchange("memory", type="direct")
+
+
+@pytest.fixture
+def reliable() -> Iterator[None]:
+    """Our transport for ``redis`` URLs in this process, for the test's length."""
+    saved = dict(kombu_transports.TRANSPORT_ALIASES)
+    reliable_redis.install()
+    try:
+        yield
+    finally:
+        kombu_transports.TRANSPORT_ALIASES.clear()
+        kombu_transports.TRANSPORT_ALIASES.update(saved)
+        for scheme in reliable_redis.SCHEMES:
+            kombu_transports._transport_cache.pop(scheme, None)
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"test-{uuid.uuid4().hex[:10]}:"
+
+
+def connect(redis_url: str, prefix: str) -> Connection:
+    options = {**celeryconfig.broker_transport_options, "global_keyprefix": prefix}
+    return Connection(kombu_url(redis_url), transport_options=options)
+
+
+def publish(conn: Connection, bodies: list[str], queue: str = QUEUE) -> None:
+    q = Queue(queue, exchange, routing_key=queue)
+    with conn.Producer() as producer:
+        for body in bodies:
+            producer.publish(body, exchange=exchange, routing_key=queue, declare=[q])
+
+
+def die_after_the_pop(
+    conn: Connection, queue: str = QUEUE, got: list[Any] | None = None, lose_reply: bool = False
+) -> Any:
+    """On ``conn`` (the dying consumer's own), ask for a message, wait until Redis has
+    taken it off the queue, then break the connection without reading the reply: the
+    consumer's death, as Redis sees it. (Messages it delivers later go to ``got``.)"""
+    sink = [] if got is None else got
+    channel = conn.channel()
+    channel.basic_consume(
+        queue, no_ack=False, callback=lambda m: sink.append(m.decode()), consumer_tag="dying"
+    )
+    raw = redis.Redis(connection_pool=channel.pool)
+    before = channel._size(queue)
+    conn.transport.cycle._client_registered(channel, channel.client, "BRPOP")  # connects
+    channel._brpop_start()
+    deadline = time.monotonic() + 10
+    while channel._size(queue) == before:
+        assert time.monotonic() < deadline, "Redis never served the pop"
+        time.sleep(0.01)
+    sock = channel.client.connection._sock
+    if lose_reply:
+        sock.settimeout(5)
+        assert sock.recv(1 << 20)
+    sock.shutdown(socket.SHUT_RDWR)
+    return channel, raw
+
+
+def consume(conn: Connection, count: int, queue: str = QUEUE) -> list[str]:
+    got: list[str] = []
+
+    def on_message(body: str, message: Any) -> None:
+        got.append(body)
+        message.ack()
+
+    with conn.Consumer(Queue(queue, exchange, routing_key=queue), callbacks=[on_message]):
+        deadline = time.monotonic() + 10
+        while len(got) < count and time.monotonic() < deadline:
+            with contextlib.suppress(TimeoutError):
+                conn.drain_events(timeout=1)
+    return got
+
+
+def test_kombu_loses_the_message_a_consumer_died_holding(redis_url: str, prefix: str) -> None:
+    """The failure this module exists for, shown on kombu's own transport."""
+    with connect(redis_url, prefix) as conn:
+        publish(conn, ["one", "two"])
+        channel, _raw = die_after_the_pop(connect(redis_url, prefix))
+        assert type(channel).__module__ == "kombu.transport.redis"
+        assert restore_unacked(conn, [QUEUE]) == 0
+        assert consume(conn, 2) == ["two"]  # "one" is nowhere
+
+
+def test_a_consumer_that_died_after_the_pop_loses_nothing(
+    reliable: None, redis_url: str, prefix: str
+) -> None:
+    with connect(redis_url, prefix) as conn:
+        publish(conn, ["one", "two", "three"])
+        channel, raw = die_after_the_pop(connect(redis_url, prefix))
+        assert isinstance(channel, reliable_redis.Channel)
+        held = reliable_redis.delivering_key(prefix, QUEUE)
+        assert raw.llen(held) == 1  # the popped message waits on the delivering list
+        assert restore_unacked(conn, [QUEUE]) == 1
+        assert raw.llen(held) == 0
+        assert consume(conn, 3) == ["one", "two", "three"]
+
+
+def test_the_popped_message_goes_back_behind_the_unacked_ones(
+    reliable: None, redis_url: str, prefix: str
+) -> None:
+    """A consumer with two in flight: "one" recorded as unacked, "two" popped only."""
+    with connect(redis_url, prefix) as conn:
+        publish(conn, ["one", "two", "three"])
+        dying = connect(redis_url, prefix)
+        first = dying.channel()
+        first.basic_qos(prefetch_count=2)
+        first.basic_consume(QUEUE, no_ack=False, callback=lambda m: None, consumer_tag="first")
+        dying.transport.cycle._client_registered(first, first.client, "BRPOP")
+        first._brpop_start()
+        assert first._brpop_read()  # "one": now in the unacked hash, never acked
+        assert first.qos._delivered
+        die_after_the_pop(dying)  # "two": popped, the reply never read
+        assert restore_unacked(conn, [QUEUE]) == 2
+        assert consume(conn, 3) == ["one", "two", "three"]
+
+
+def test_the_unacked_write_takes_the_message_off_the_delivering_list(
+    reliable: None, redis_url: str, prefix: str
+) -> None:
+    held = reliable_redis.delivering_key(prefix, QUEUE)
+    seen: list[tuple[int, int]] = []
+    with connect(redis_url, prefix) as conn:
+        publish(conn, ["one"])
+        raw = redis.Redis(connection_pool=conn.default_channel.pool)
+
+        def on_message(body: str, message: Any) -> None:
+            seen.append((raw.llen(held), raw.hlen(f"{prefix}unacked")))
+            message.ack()
+
+        with conn.Consumer(Queue(QUEUE, exchange, routing_key=QUEUE), callbacks=[on_message]):
+            conn.drain_events(timeout=5)
+        assert seen == [(0, 1)]  # in exactly one place while it runs: the unacked hash
+        assert (raw.llen(held), raw.hlen(f"{prefix}unacked")) == (0, 0)
+
+
+def test_a_live_consumer_takes_back_a_reply_lost_to_a_broken_connection(
+    reliable: None, redis_url: str, prefix: str
+) -> None:
+    with connect(redis_url, prefix) as conn:
+        publish(conn, ["one", "two"])
+        got: list[str] = []
+        channel, raw = die_after_the_pop(conn, got=got, lose_reply=True)
+        with pytest.raises(channel.connection_errors):
+            channel._brpop_read()  # the connection broke with the reply unread
+        channel._brpop_start()  # reconnects, puts "one" back at the head, asks again
+        assert channel._brpop_read()
+        assert got == ["one"]
+        assert raw.llen(reliable_redis.delivering_key(prefix, QUEUE)) == 0
+
+
+def test_an_item_that_is_no_kombu_message_is_dropped_not_retried_forever(
+    reliable: None, redis_url: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with connect(redis_url, prefix) as conn:
+        publish(conn, ["after"])
+        raw = redis.Redis(connection_pool=conn.default_channel.pool)
+        raw.rpush(f"{prefix}{QUEUE}", b"\x00 not json")  # the head: consumed first
+        with pytest.raises(ValueError):
+            consume(conn, 1)
+        assert raw.llen(reliable_redis.delivering_key(prefix, QUEUE)) == 0
+        assert "not a kombu message" in caplog.text
+        assert consume(conn, 1) == ["after"]
+
+
+def test_other_queues_keep_kombus_consume(reliable: None, redis_url: str, prefix: str) -> None:
+    """Not an ordered shard queue (many consumers): no delivering list to restore."""
+    with connect(redis_url, prefix) as conn:
+        publish(conn, ["x"], queue="memory.summarize")
+        assert consume(conn, 1, queue="memory.summarize") == ["x"]
+        raw = redis.Redis(connection_pool=conn.default_channel.pool)
+        assert raw.llen(reliable_redis.delivering_key(prefix, "memory.summarize")) == 0

@@ -1,0 +1,176 @@
+"""kombu's Redis transport, with a consume that cannot lose a message to a SIGKILL.
+
+kombu consumes with ``BRPOP``: Redis removes the message from the queue list when it
+sends the reply, and the consumer writes it to the ``unacked`` hash only after it has
+read and parsed the reply. A worker killed in between (the reply in its socket buffer,
+or parsed but not yet recorded) loses the message: no list, no hash holds it any more
+(kombu issue #305 and its kin). A shard worker has one queue and one consumer, so this
+transport closes the window the way Redis's own "reliable queue" pattern does:
+
+- ``BLMOVE <queue> tulip:delivering:<queue> RIGHT LEFT`` takes the message off the
+  queue and puts it on the queue's *delivering* list in one atomic step;
+- the unacked-hash write (kombu's ``QoS.append``) takes it off the delivering list in
+  the same ``MULTI`` (:class:`QoS`), so at every instant the message is in exactly
+  one of: the queue, the delivering list, the unacked hash;
+- what a dead consumer leaves on the delivering list goes back to the head of its
+  queue, behind that consumer's unacked messages, in the same atomic step as those
+  (``lua/restore_unacked.lua``, run by :mod:`tulip_workers.redelivery` at start);
+- a live consumer whose reply was lost to a connection error (the message moved, the
+  reply never read) puts the delivering list back at the head before it asks again.
+
+Only ordered shard queues (``memory.extract.*``, ``memory.checkpoint.*``: one consumer
+each) are consumed this way, and only with ack emulation on (``acks_late``); any other
+consumer keeps kombu's ``BRPOP``. Ordered queues have a single list: a priority would
+reorder a namespace, so :data:`PRIORITY_STEPS` is ``[0]`` for every sender too
+(``tulip_wire.celeryconfig``). Sentinel brokers keep kombu's transport (not covered).
+"""
+
+from __future__ import annotations
+
+import logging
+from queue import Empty
+from time import monotonic, time
+from typing import Any
+
+from kombu import transport as kombu_transports
+from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import dumps, loads
+
+from tulip_wire.topology import DELIVERING_PREFIX, is_ordered_queue
+
+#: The URL schemes whose transport this module replaces in a worker process.
+SCHEMES = ("redis", "rediss")
+
+log = logging.getLogger(__name__)
+
+
+def delivering_key(global_keyprefix: str, queue: str) -> str:
+    """The list holding ``queue``'s message between the pop and the unacked write."""
+    return f"{global_keyprefix}{DELIVERING_PREFIX}{queue}"
+
+
+class QoS(kombu_redis.QoS):  # type: ignore[misc]
+    """kombu's QoS, whose unacked write also takes the message off the delivering list."""
+
+    def append(self, message: Any, delivery_tag: str) -> None:
+        moved = self.channel._take_moved()
+        if moved is None:
+            super().append(message, delivery_tag)
+            return
+        key, item = moved
+        delivery = message.delivery_info
+        entry = dumps([message._raw, delivery["exchange"], delivery["routing_key"]])
+        with self.pipe_or_acquire() as pipe:
+            pipe.zadd(self.unacked_index_key, {delivery_tag: time()})
+            pipe.hset(self.unacked_key, delivery_tag, entry)
+            pipe.lrem(key, 1, item)
+            pipe.execute()
+        virtual.QoS.append(self, message, delivery_tag)
+
+
+class Channel(kombu_redis.Channel):  # type: ignore[misc]
+    """kombu's Redis channel consuming a lone ordered queue with ``BLMOVE``."""
+
+    QoS = QoS
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._moving: tuple[str, str] | None = None  # (queue, delivering key) asked for
+        self._moved: tuple[str, bytes] | None = None  # (delivering key, raw item) read
+        self._orphans: str | None = None  # (queue) a reply was lost: put its list back
+
+    def _take_moved(self) -> tuple[str, bytes] | None:
+        moved, self._moved = self._moved, None
+        return moved
+
+    def _lone_ordered_queue(self, queues: list[str]) -> str | None:
+        if not self.ack_emulation or len(queues) != 1 or len(self.priority_steps) != 1:
+            return None
+        return queues[0] if is_ordered_queue(queues[0]) else None
+
+    def _brpop_start(self, timeout: float | None = None) -> None:
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        queue = self._lone_ordered_queue(list(queues))
+        if queue is None:
+            self._moving = None
+            super()._brpop_start(timeout)
+            return
+        if self._orphans is not None:
+            self._return_orphans(self._orphans)
+        source = self.global_keyprefix + self._q_for_pri(queue, self.priority_steps[0])
+        target = delivering_key(self.global_keyprefix, queue)
+        self._moving = (queue, target)
+        self._in_poll = self.client.connection
+        self._brpop_sent_at = monotonic()
+        wait = self.brpop_timeout if timeout is None else timeout
+        self.client.connection.send_command("BLMOVE", source, target, "RIGHT", "LEFT", wait or 0)
+
+    def _return_orphans(self, queue: str) -> None:
+        """Put a lost reply's message back at the head of ``queue``, oldest first."""
+        source = delivering_key(self.global_keyprefix, queue)
+        target = self.global_keyprefix + self._q_for_pri(queue, self.priority_steps[0])
+        while self.client.lmove(source, target, "LEFT", "RIGHT") is not None:
+            pass
+        self._orphans = None
+
+    def _brpop_read(self, **options: Any) -> bool:
+        if self._moving is None:
+            return bool(super()._brpop_read(**options))
+        queue, target = self._moving
+        try:
+            try:
+                item = self.client.parse_response(self.client.connection, "BLMOVE", **options)
+            except self.connection_errors:
+                self._orphans = queue
+                self.client.connection.disconnect()
+                raise
+            if item is None:
+                raise Empty()
+            self._queue_cycle.rotate(queue)
+            self._deliver_moved(queue, target, item)
+            return True
+        finally:
+            self._in_poll = None
+            self._flush_brpop_reauth()
+
+    def _deliver_moved(self, queue: str, target: str, item: bytes) -> None:
+        """Hand ``item`` to the consumer; if it fails before kombu recorded it as
+        unacked: a broker error leaves it to go back to the head of ``queue`` once
+        the connection is back, anything else (not a kombu message: bad JSON, a
+        missing envelope field) drops it, logged, as kombu's own consume would."""
+        self._moved = (target, item)
+        try:
+            self.connection._deliver(loads(bytes_to_str(item)), queue)
+        except self.connection_errors:
+            if self._moved is not None:
+                self._orphans = queue
+            raise
+        except Exception as e:
+            if self._moved is not None:
+                self.client.lrem(target, 1, item)
+                log.error(
+                    "dropped a %d-byte item on %s that is not a kombu message: %s",
+                    len(item),
+                    queue,
+                    type(e).__name__,
+                )
+            raise
+        finally:
+            self._moved = None
+
+
+class Transport(kombu_redis.Transport):  # type: ignore[misc]
+    """kombu's Redis transport with :class:`Channel`."""
+
+    Channel = Channel
+
+
+def install() -> None:
+    """Make this the transport of ``redis://`` and ``rediss://`` URLs in this process
+    (a worker's: it changes nothing about how messages are sent)."""
+    path = f"{__name__}:Transport"
+    for scheme in SCHEMES:
+        kombu_transports.TRANSPORT_ALIASES[scheme] = path
+        kombu_transports._transport_cache.pop(scheme, None)
