@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tulip_memory.delta.diff import apply_owned
-from tulip_wire.endpoints import redis_client
+from tulip_wire.endpoints import REDIS_SCHEMES, redis_client, scheme_of
 from tulip_wire.events import thread_key
 from tulip_wire.statedelta import DeltaError, apply_delta, digest_of
 from tulip_wire.topology import PENDING_KEY_PREFIX
@@ -219,8 +219,9 @@ def _key(tenant: str, thread_id: str) -> str:
 
 
 def pending_states(redis_url: str) -> PendingStates | None:
-    """The overlay on ``redis_url``, or ``None`` when that is not a Redis URL."""
-    if not redis_url.startswith(("redis://", "rediss://", "unix://")):
+    """The overlay on ``redis_url`` (any spelling of :mod:`tulip_wire.endpoints`,
+    Sentinel included), or ``None`` when that is not a Redis URL."""
+    if scheme_of(redis_url) not in REDIS_SCHEMES:
         return None
 
     return PendingStates(redis_client(redis_url))

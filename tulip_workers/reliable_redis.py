@@ -22,7 +22,8 @@ Only ordered shard queues (``memory.extract.*``, ``memory.checkpoint.*``: one co
 each) are consumed this way, and only with ack emulation on (``acks_late``); any other
 consumer keeps kombu's ``BRPOP``. Ordered queues have a single list: a priority would
 reorder a namespace, so :data:`PRIORITY_STEPS` is ``[0]`` for every sender too
-(``tulip_wire.celeryconfig``). Sentinel brokers keep kombu's transport (not covered).
+(``tulip_wire.celeryconfig``). Sentinel-managed brokers get the same consume
+(:class:`SentinelTransport`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from kombu.utils.json import dumps, loads
 from tulip_wire.topology import DELIVERING_PREFIX, is_ordered_queue
 
 #: The URL schemes whose transport this module replaces in a worker process.
-SCHEMES = ("redis", "rediss")
+SCHEMES = ("redis", "rediss", "sentinel")
 
 log = logging.getLogger(__name__)
 
@@ -167,10 +168,20 @@ class Transport(kombu_redis.Transport):  # type: ignore[misc]
     Channel = Channel
 
 
+class SentinelChannel(kombu_redis.SentinelChannel, Channel):  # type: ignore[misc]
+    """kombu's Sentinel-managed channel with :class:`Channel`'s consume."""
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):  # type: ignore[misc]
+    """kombu's Sentinel transport with :class:`SentinelChannel`."""
+
+    Channel = SentinelChannel
+
+
 def install() -> None:
-    """Make this the transport of ``redis://`` and ``rediss://`` URLs in this process
-    (a worker's: it changes nothing about how messages are sent)."""
-    path = f"{__name__}:Transport"
+    """Make these the transports of ``redis://``, ``rediss://`` and ``sentinel://`` URLs
+    in this process (a worker's: it changes nothing about how messages are sent)."""
     for scheme in SCHEMES:
-        kombu_transports.TRANSPORT_ALIASES[scheme] = path
+        name = "SentinelTransport" if scheme == "sentinel" else "Transport"
+        kombu_transports.TRANSPORT_ALIASES[scheme] = f"{__name__}:{name}"
         kombu_transports._transport_cache.pop(scheme, None)

@@ -15,6 +15,7 @@ from tests.support.services import Postgres
 from tests.support.workers import WorkerFactory
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.messages import Message, Role
+from tulip_memory.state import AgentState
 from tulip_ops.provision import migrate_now
 
 __all__ = ["sentinel_url", "tls_redis"]  # fixtures
@@ -30,9 +31,13 @@ def _run(pipeline: Pipeline) -> None:
             )
             for i, ns in enumerate(namespaces)
         ]
+        state = AgentState(messages=(Message(role=Role.USER, content="a saved turn"),))
+        producer.checkpoint_saved("t-saved", state, tenant="acme")
         assert producer.flush(timeout=30)
         assert producer.spooled == 0
     with pipeline.reader() as reader:
+        # No checkpoint worker runs: the state comes from the pending overlay on this Redis.
+        assert reader.load("t-saved", tenant="acme") == state
         pipeline.wait_applied(reader, ids, "acme")
         for i, ns in enumerate(namespaces):
             found = {m.key: m.content for m in reader.recall(ns, None, limit=5)}

@@ -21,11 +21,13 @@ import redis
 from kombu import Connection, Exchange, Queue
 from kombu import transport as kombu_transports
 
-from tests.workers.test_redelivery import kombu_url
+from tests.support.redis_servers import sentinel_url
 from tulip_wire import celeryconfig
+from tulip_wire.endpoints import broker_endpoint
 from tulip_workers import reliable_redis
 from tulip_workers.redelivery import restore_unacked
 
+__all__ = ["sentinel_url"]  # fixtures
 QUEUE = "memory.checkpoint.0"
 exchange = Exchange("memory", type="direct")
 
@@ -50,8 +52,13 @@ def prefix() -> str:
 
 
 def connect(redis_url: str, prefix: str) -> Connection:
-    options = {**celeryconfig.broker_transport_options, "global_keyprefix": prefix}
-    return Connection(kombu_url(redis_url), transport_options=options)
+    endpoint = broker_endpoint(redis_url)
+    options = {
+        **celeryconfig.broker_transport_options,
+        **endpoint.transport_options,
+        "global_keyprefix": prefix,
+    }
+    return Connection(endpoint.url, transport_options=options)
 
 
 def publish(conn: Connection, bodies: list[str], queue: str = QUEUE) -> None:
@@ -113,12 +120,14 @@ def test_kombu_loses_the_message_a_consumer_died_holding(redis_url: str, prefix:
         assert consume(conn, 2) == ["two"]  # "one" is nowhere
 
 
+@pytest.mark.parametrize("spelling", ["redis", "sentinel"])
 def test_a_consumer_that_died_after_the_pop_loses_nothing(
-    reliable: None, redis_url: str, prefix: str
+    reliable: None, spelling: str, request: pytest.FixtureRequest, prefix: str
 ) -> None:
-    with connect(redis_url, prefix) as conn:
+    url = request.getfixturevalue("sentinel_url" if spelling == "sentinel" else "redis_url")
+    with connect(url, prefix) as conn:
         publish(conn, ["one", "two", "three"])
-        channel, raw = die_after_the_pop(connect(redis_url, prefix))
+        channel, raw = die_after_the_pop(connect(url, prefix))
         assert isinstance(channel, reliable_redis.Channel)
         held = reliable_redis.delivering_key(prefix, QUEUE)
         assert raw.llen(held) == 1  # the popped message waits on the delivering list
