@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from tulip_memory.messages import Message, Role
-from tulip_wire.events import EventError, decode, encode, session_ended
+from tulip_wire.events import SEQ_ROOM, Encoded, EventError, decode, encode, session_ended
+from tulip_wire.signing import SIG_ROOM, signer_of
 
 
 def valid(text: str = "My favourite colour is red.") -> str:
@@ -42,3 +43,28 @@ def test_a_valid_surrogate_pair_and_a_literal_backslash_u_are_fine() -> None:
     pair["payload"]["messages"][0]["content"] = "\U0001f600 and a literal \\u0000"
     text = json.dumps(pair, ensure_ascii=True)  # the emoji as an escaped surrogate pair
     assert decode(text).payload is not None
+
+
+@pytest.mark.parametrize(
+    "namespace",
+    [("acme", "u1"), ("acme", 'x", "seq": null'), ("acme", 'seq": null, "'), ("acme", "seq")],
+)
+def test_an_encoding_numbered_later_is_the_encoding_of_the_numbered_event(
+    namespace: tuple[str, ...],
+) -> None:
+    """Encoded cuts at the envelope's own seq, whatever the key or the payload hold."""
+    msgs = [Message(role=Role.USER, content='"seq": null')]
+    env = session_ended(namespace, "t", msgs, {"seq": None, '"seq"': None}, ts=1.5)
+    encoded = Encoded.of(env.with_seq(3))
+    assert encoded.text == encode(env) and encoded.env == env
+    for seq in (1, 2**63 - 1):
+        assert encoded.numbered(seq) == encode(env.with_seq(seq))
+        assert decode(encoded.numbered(seq)) == env.with_seq(seq)
+    assert len(encoded.numbered(2**63 - 1)) == len(encoded.text) + SEQ_ROOM
+
+
+def test_a_signature_takes_the_room_the_size_check_leaves_for_it() -> None:
+    env = session_ended(("acme", "u1"), "t", [], ts=1.5).with_seq(7)
+    signed = signer_of("k" * 32)
+    assert signed is not None
+    assert len(encode(signed.sign(env))) == len(encode(env)) + SIG_ROOM

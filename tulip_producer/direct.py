@@ -5,8 +5,9 @@ The general path (:meth:`tulip_producer.producer._Publisher.publish`) takes two:
 pipeline that numbers the event, then Celery's ``send_task``. Where the broker and the
 sequence-number Redis are one database, nothing is signed and no pending list is
 written, this path builds the Celery message itself (protocol 2, exactly the fields
-``send_task`` sends, the body as plain JSON rather than base64) with a placeholder for
-the sequence number, and one script (``tulip_wire/lua/publish_direct.lua``) numbers the
+``send_task`` sends, the body as plain JSON rather than base64) around the place of
+the sequence number (the envelope's one encoding, :class:`~tulip_wire.events.Encoded`),
+and one script (``tulip_wire/lua/publish_direct.lua``) numbers the
 event, marks it published and pushes the message onto the shard queue, as kombu's
 Redis transport would. When the layout record (:mod:`tulip_wire.shardlayout`) names
 another shard count, the script does nothing and the general path takes over.
@@ -27,17 +28,15 @@ from typing import Any
 import redis
 
 import tulip_wire
-from tulip_wire.events import Envelope
+from tulip_wire.events import Encoded
 from tulip_wire.published import PUBLISHED_KEY_PREFIX
 from tulip_wire.routing import ShardRouter
 from tulip_wire.shardlayout import layout_key
 from tulip_wire.topology import SEQ_KEY_PREFIX
 
-#: A sequence number no real key reaches: stands where the script writes the real one.
-MARK_SEQ = 9_007_199_254_740_993
-#: ``"seq": MARK_SEQ`` of the envelope as it reads inside the stored message: escaped
-#: once as the text in the task's args, once more as the body in the message.
-_PLACEHOLDER = json.dumps(json.dumps(f'"seq": {MARK_SEQ}')[1:-1])[1:-1]
+#: Stands where the script writes the sequence number while the message is built:
+#: letters only, so no level of JSON escaping changes it.
+_SEQ_SLOT = "tulipSEQslot"
 _SCRIPT = (Path(tulip_wire.__file__).parent / "lua" / "publish_direct.lua").read_text()
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
@@ -51,18 +50,19 @@ class DirectPublisher:
         self._origin = f"gen{os.getpid()}@{socket.gethostname()}"
         self._reply_to = str(uuid.uuid4())
 
-    def publish(self, env: Envelope, text: str, task: str, router: ShardRouter) -> int | None:
-        """Publish ``text`` (``env`` encoded with :data:`MARK_SEQ` as its sequence
-        number) on ``router``'s queue; the sequence number it got, or ``None`` when the
-        layout record disagrees with ``router`` (then nothing was done)."""
+    def publish(self, wire: Encoded, task: str, router: ShardRouter) -> int | None:
+        """Publish ``wire`` on ``router``'s queue, numbered by the script; the sequence
+        number it got, or ``None`` when the layout record disagrees with ``router`` (or
+        the message is ambiguous): then nothing was done."""
+        env = wire.env
         queue = router.queue(env.key)
-        message = self.message(task, env.id, env.type, queue, text)
-        if message.count(_PLACEHOLDER) != 1:
-            return None  # not unambiguous (never seen): the general path does it
+        message = self.message(task, env.id, env.type, queue, wire.head + _SEQ_SLOT + wire.tail)
+        parts = message.split(_SEQ_SLOT)
+        if len(parts) != 2:
+            return None  # the event's own text holds the slot's word: the general path
         keys = [SEQ_KEY_PREFIX + env.key, PUBLISHED_KEY_PREFIX + env.id]
         keys += [layout_key(router.prefix), queue]
-        args: list[str | int] = [env.key, self._ttl_ms, str(router.shards), message]
-        args += [_PLACEHOLDER, _PLACEHOLDER.removesuffix(str(MARK_SEQ))]
+        args: list[str | int] = [env.key, self._ttl_ms, str(router.shards), *parts]
         seq, _ = self._script(keys=keys, args=args)
         return None if int(seq) < 0 else int(seq)
 

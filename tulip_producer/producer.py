@@ -41,7 +41,7 @@ from tulip_memory.errors import TulipMemoryError
 from tulip_memory.messages import Message
 from tulip_memory.state import AgentState
 from tulip_producer.bases import PublishedBases
-from tulip_producer.direct import MARK_SEQ, DirectPublisher
+from tulip_producer.direct import DirectPublisher
 from tulip_producer.settings import ProducerSettings
 from tulip_producer.spool import Spool, SpooledEvent
 from tulip_wire import events
@@ -49,8 +49,10 @@ from tulip_wire.claimcheck import ClaimCheckStore
 from tulip_wire.endpoints import broker_endpoint, redis_client, scheme_of
 from tulip_wire.events import (
     CHECKPOINT_SAVED,
+    SEQ_ROOM,
     SESSION_ENDED,
     TASKS,
+    Encoded,
     Envelope,
     EventError,
     decode,
@@ -62,7 +64,7 @@ from tulip_wire.pending import PendingStates, entry_text
 from tulip_wire.published import PublishedEvents
 from tulip_wire.routing import ShardRouter, stable_hash
 from tulip_wire.shardlayout import Resharding, ShardLayout, layout_key
-from tulip_wire.signing import signer_of
+from tulip_wire.signing import SIG_ROOM, signer_of
 from tulip_wire.statedelta import NotJSON, advance, canonical
 from tulip_wire.topology import (
     CHECKPOINT_QUEUE_PREFIX,
@@ -171,9 +173,11 @@ class _Publisher:
     """Hands one envelope to the broker: sequence number, claim-check, Celery message."""
 
     def __init__(self, settings: ProducerSettings, claims: ClaimCheckStore) -> None:
-        self._max_bytes = settings.max_event_bytes
         self._claims = claims
         self._signer = signer_of(settings.signing_key)
+        # What an unnumbered encoding may weigh: its number (and signature) still to come.
+        room = SEQ_ROOM + (SIG_ROOM if self._signer is not None else 0)
+        self._max_unnumbered = settings.max_event_bytes - room
         self._routers = routers(settings)
         self._redis = _redis_client(settings)
         self._pending = PendingStates(self._redis)
@@ -194,20 +198,25 @@ class _Publisher:
             else None
         )
 
-    def publish(self, env: Envelope, pending: _Pending | None = None) -> None:
+    def publish(
+        self, env: Envelope, pending: _Pending | None = None, encoded: Encoded | None = None
+    ) -> None:
+        """Publish ``env`` (``encoded``: its encoding, when the caller has it already)."""
+        encoded = encoded if encoded is not None else Encoded.of(env)
         if pending is None and self._direct is not None:
             router = self._routers[env.type]
-            text = self._wire(env.with_seq(MARK_SEQ))
-            if self._direct.publish(env, text, TASKS[env.type], router) is not None:
+            wire = self._outgoing(encoded)
+            if self._direct.publish(wire, TASKS[env.type], router) is not None:
                 return
-        self._publish(env, pending)
+        self._publish(encoded, pending)
 
-    def _publish(self, env: Envelope, pending: _Pending | None) -> None:
+    def _publish(self, encoded: Encoded, pending: _Pending | None) -> None:
         """Assign the key's next sequence number, mark the id published, append the
         save to its thread's pending list (one round trip for all), and send.
 
         With ``pending`` the round trip is a transaction: the pending list is in the
         order of the sequence numbers, whatever other producers do meanwhile."""
+        env = encoded.env
         pipe = self._redis.pipeline(transaction=pending is not None)
         pipe.incr(SEQ_KEY_PREFIX + env.key)
         PublishedEvents.mark(pipe, env.id, env.key, self._status_ttl)
@@ -218,8 +227,12 @@ class _Publisher:
             )
         seq, _, layout = pipe.execute()[:3]
         router = self._router(env.type, layout)  # Resharding: the caller spools it
-        env = env.with_seq(int(seq))
-        self.send(env, self._wire(env), router)
+        wire = self._outgoing(encoded)
+        numbered = wire.env.with_seq(int(seq))
+        if self._signer is None:
+            self.send(numbered, wire.numbered(int(seq)), router)
+        else:
+            self.send(numbered, encode(self._signer.sign(numbered)), router)
 
     def report_spool(self, producer: str, depth: int) -> None:
         """Tell ``tulip-memory metrics`` how many events this producer holds in its
@@ -286,18 +299,15 @@ class _Publisher:
             self._queues = {**self._queues, name: queue}
         return queue
 
-    def _wire(self, env: Envelope) -> str:
-        """The encoded envelope (signed when a key is set); a payload that would make it
-        too large goes by reference."""
-        text = encode(self._signed(env))
-        if len(text.encode("utf-8")) <= self._max_bytes:
-            return text
+    def _outgoing(self, encoded: Encoded) -> Encoded:
+        """The event as it goes out: as it is, or, when its number and signature could
+        make it too large, with its payload by reference."""
+        if len(encoded.text.encode("utf-8")) <= self._max_unnumbered:
+            return encoded
+        env = encoded.env
         payload = json.dumps(env.payload, ensure_ascii=False, allow_nan=False)
         ref = self._claims.put(env.id, payload.encode("utf-8"))
-        return encode(self._signed(env.with_ref(ref)))
-
-    def _signed(self, env: Envelope) -> Envelope:
-        return env if self._signer is None else self._signer.sign(env)
+        return Encoded.of(env.with_ref(ref))
 
     def put_pending(self, pending: _Pending) -> None:
         """The read-your-writes overlay alone (the event goes to the spool); with Redis
@@ -511,10 +521,10 @@ class Producer:
         importing it again is the same events (the workers' ledger applies them once)."""
         if env.type != SESSION_ENDED:
             raise EventError(f"publish_session takes session.ended events, got {env.type}", env.id)
-        text = encode(env)  # proves the event is valid JSON before it goes anywhere
+        encoded = Encoded.of(env)  # proves the event valid, and is what goes out
         with self._gate.entered(), self._key_locks(env.key):
-            if self._spool or not self._try_publish(env):
-                self._spool.append(text)
+            if self._spool or not self._try_publish(encoded.env, encoded=encoded):
+                self._spool.append(encoded.text)
                 self._flusher.wake()
         return env.id
 
@@ -634,11 +644,13 @@ class Producer:
     ) -> None:
         self.close()
 
-    def _try_publish(self, env: Envelope, pending: _Pending | None = None) -> bool:
+    def _try_publish(
+        self, env: Envelope, pending: _Pending | None = None, encoded: Encoded | None = None
+    ) -> bool:
         # Any failure to hand the event over must not lose it: the caller spools it and
         # the flusher retries. The error is logged, not raised, on the request path.
         try:
-            self._publisher.publish(env, pending)
+            self._publisher.publish(env, pending, encoded)
         except Exception as e:
             self._on_failure(env, e)
             return False

@@ -226,6 +226,44 @@ def encode(env: Envelope) -> str:
         raise EventError(f"not JSON-serializable: {where or e}{hint}", env.id) from e
 
 
+#: How :func:`encode` writes the ``seq`` of an envelope not yet numbered.
+_UNNUMBERED = '"seq": null'
+#: How many more characters a sequence number takes than that ``null`` at most (Redis
+#: ``INCR`` stops at 2**63 - 1): the room a size check leaves for it.
+SEQ_ROOM = len(str(2**63 - 1)) - len("null")
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """An envelope not yet numbered, encoded once: ``text`` as :func:`encode` writes it
+    (``"seq": null``), ``head`` and ``tail`` the text on either side of that ``null``.
+    ``head + str(n) + tail`` is the encoding of ``env.with_seq(n)`` (unsigned), so the
+    spool, the size check and the publish share one encoding, whatever number the event
+    gets."""
+
+    env: Envelope
+    text: str
+    head: str
+    tail: str
+
+    @classmethod
+    def of(cls, env: Envelope) -> Encoded:
+        """``env`` encoded without its ``seq`` and ``sig`` (the producer numbers and signs
+        at publish); raises :class:`EventError` when it is not valid."""
+        if env.seq is not None or env.sig is not None:
+            env = replace(env, seq=None, sig=None)
+        text = encode(env)
+        # The first match is the envelope's own seq: a match ends in an unescaped quote
+        # followed by ": ", the end of an object's key, and the only object before the
+        # seq is the envelope, whose keys there are v, id, type and key.
+        at = text.index(_UNNUMBERED) + len(_UNNUMBERED) - len("null")
+        return cls(env, text, text[:at], text[at + len("null") :])
+
+    def numbered(self, seq: int) -> str:
+        """The encoding of ``env.with_seq(seq)``."""
+        return f"{self.head}{seq}{self.tail}"
+
+
 def decode(text: object, *, max_bytes: int | None = None) -> Envelope:
     """Parse and validate one event from the wire. Anything wrong with it, whatever
     the body is (not text, too large, nested too deep, text Postgres cannot store),

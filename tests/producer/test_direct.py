@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import json
+from _collections_abc import dict_items
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,15 +15,26 @@ import redis
 
 from tests.producer.conftest import SHARDS, MakeProducer
 from tulip_memory.messages import Message, Role
+from tulip_wire import events
 from tulip_wire.events import decode, namespace_key
 from tulip_wire.routing import ShardRouter
 from tulip_wire.shardlayout import ShardLayout, layout_key
 from tulip_wire.topology import EXTRACT_QUEUE_PREFIX, EXTRACT_TASK, SEQ_KEY_PREFIX
 
 NS = ("acme", "users", "direct")
-# Text that looks like the placeholder's neighbourhood, quotes and all.
+# Text that looks like the sequence number's neighbourhood, quotes and all.
 SAID = [Message(role=Role.USER, content='my "seq": 9007199254740993 and \\"seq\\": 1 ünïcode')]
 QUEUE = ShardRouter(EXTRACT_QUEUE_PREFIX, SHARDS).queue(namespace_key(NS))
+
+
+class Serializations(dict[str, Any]):
+    """Metadata that counts how often ``json.dumps`` reads it (it asks for the items)."""
+
+    serialized = 0
+
+    def items(self) -> dict_items[str, Any]:
+        self.serialized += 1
+        return super().items()
 
 
 @pytest.fixture
@@ -77,3 +90,22 @@ def test_another_layout_or_a_signing_key_takes_the_general_path(
     assert message["properties"]["body_encoding"] == "base64"
     assert decode(args[0]).seq == 2
     client.delete(layout_key(EXTRACT_QUEUE_PREFIX))
+
+
+def test_a_publish_serializes_the_event_once(
+    broker_url: str, client: redis.Redis, make_producer: MakeProducer
+) -> None:
+    """The encoding that proves the event valid is the one that goes out."""
+    producer = make_producer(broker_url)
+    env = events.session_ended(NS, "t", SAID, ts=1.0)
+    metadata = Serializations(source="import")
+    payload = env.payload
+    assert payload is not None
+    env = replace(env, payload={**payload, "metadata": metadata})
+    producer.publish_session(env)
+    assert metadata.serialized == 1
+    message, (args, _, _) = stored(client)
+    assert "body_encoding" not in message["properties"]  # the direct path took it
+    published = decode(args[0])
+    assert (published.id, published.seq) == (env.id, 1)
+    assert published.payload == {**payload, "metadata": {"source": "import"}}

@@ -2,9 +2,8 @@
 -- KEYS: [1] the key's sequence counter, [2] the event's published marker,
 --       [3] the role's shard layout record, [4] the shard queue (a kombu list).
 -- ARGV: [1] the ordering key (the marker's value), [2] the marker's TTL in ms,
---       [3] the shard count the queue was chosen by, [4] the message with a
---       placeholder where the sequence number goes, [5] the placeholder, [6] what
---       the placeholder becomes, the sequence number following.
+--       [3] the shard count the queue was chosen by, [4..] the message in parts:
+--       the sequence number goes between each part and the next.
 -- Returns {seq, false}, or {-1, record} when the layout record names another count
 -- (or a drain): nothing was done, the caller takes the general path.
 local layout = redis.call('GET', KEYS[3])
@@ -13,7 +12,5 @@ if layout and layout ~= ARGV[3] then
 end
 local seq = redis.call('INCR', KEYS[1])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-local at = string.find(ARGV[4], ARGV[5], 1, true)
-local message = string.sub(ARGV[4], 1, at - 1) .. ARGV[6] .. seq .. string.sub(ARGV[4], at + #ARGV[5])
-redis.call('LPUSH', KEYS[4], message)
+redis.call('LPUSH', KEYS[4], table.concat(ARGV, string.format('%d', seq), 4))
 return {seq, false}
