@@ -17,6 +17,7 @@ from tulip_memory.extract import ExtractionError, LLMExtractor, LLMExtractorConf
 from tulip_memory.extract.prompt import OMITTED
 from tulip_memory.manager import LLMMemoryManager, Memory, MemoryType
 from tulip_memory.messages import Message, Role
+from tulip_memory.model_calls import import_litellm
 from tulip_memory.state import AgentState
 from tulip_memory.store import BaseStore
 
@@ -74,6 +75,20 @@ async def test_good_output_gives_memories_and_usage(fake_openai: FakeOpenAI) -> 
     assert request.json["model"] == "test-model"
     assert "response_format" not in request.json
     assert "my name is Ana" in prompt_of(fake_openai) and '"key": "city"' in prompt_of(fake_openai)
+
+
+async def test_usage_carries_the_price_of_a_priced_model(fake_openai: FakeOpenAI) -> None:
+    """The cost litellm priced on the response, equal to pricing its tokens afresh."""
+    fake_openai.script_chat(answer(ANA))
+    result = await LLMExtractor(config(fake_openai, model="openai/gpt-4o-mini")).extract(TALK)
+    usage = result.usage
+    prompt, completion = import_litellm().cost_per_token(
+        model="gpt-4o-mini",
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+    )
+    assert usage.cost_usd is not None and usage.cost_usd > 0
+    assert usage.cost_usd == pytest.approx(prompt + completion)
 
 
 async def test_json_schema_output_is_requested_where_supported(fake_openai: FakeOpenAI) -> None:

@@ -231,14 +231,23 @@ def _content_of(response: Any) -> str:
 
 def _usage(litellm: Any, response: Any, attempts: int) -> Usage:
     usage = getattr(response, "usage", None)
-    try:
-        cost: float | None = float(litellm.completion_cost(completion_response=response))
-    except Exception:
-        cost = None
     return Usage(
         prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
         total_tokens=int(getattr(usage, "total_tokens", 0) or 0),
-        cost_usd=cost,
+        cost_usd=_cost(litellm, response),
         attempts=attempts,
     )
+
+
+def _cost(litellm: Any, response: Any) -> float | None:
+    """The call's cost: what litellm already priced on the response
+    (``_hidden_params["response_cost"]``, documented), else priced here."""
+    hidden = getattr(response, "_hidden_params", None)
+    priced = hidden.get("response_cost") if isinstance(hidden, dict) else None
+    if isinstance(priced, int | float) and not isinstance(priced, bool):
+        return float(priced)
+    try:
+        return float(litellm.completion_cost(completion_response=response))
+    except Exception:
+        return None
