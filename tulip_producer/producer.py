@@ -17,6 +17,7 @@ flusher never delays a caller.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -55,6 +56,7 @@ from tulip_wire.events import (
     Encoded,
     Envelope,
     EventError,
+    PayloadRef,
     decode,
     encode,
     namespace_key,
@@ -174,6 +176,7 @@ class _Publisher:
 
     def __init__(self, settings: ProducerSettings, claims: ClaimCheckStore) -> None:
         self._claims = claims
+        self._last_claim: tuple[str, PayloadRef] | None = None
         self._signer = signer_of(settings.signing_key)
         # What an unnumbered encoding may weigh: its number (and signature) still to come.
         room = SEQ_ROOM + (SIG_ROOM if self._signer is not None else 0)
@@ -201,22 +204,22 @@ class _Publisher:
     def publish(
         self, env: Envelope, pending: _Pending | None = None, encoded: Encoded | None = None
     ) -> None:
-        """Publish ``env`` (``encoded``: its encoding, when the caller has it already)."""
-        encoded = encoded if encoded is not None else Encoded.of(env)
+        """Publish ``env`` (``encoded``: its encoding, when the caller has it already).
+        A claim check is put before either path, once for both."""
+        wire = self._outgoing(encoded if encoded is not None else Encoded.of(env))
         if pending is None and self._direct is not None:
             router = self._routers[env.type]
-            wire = self._outgoing(encoded)
             if self._direct.publish(wire, TASKS[env.type], router) is not None:
                 return
-        self._publish(encoded, pending)
+        self._publish(wire, pending)
 
-    def _publish(self, encoded: Encoded, pending: _Pending | None) -> None:
+    def _publish(self, wire: Encoded, pending: _Pending | None) -> None:
         """Assign the key's next sequence number, mark the id published, append the
         save to its thread's pending list (one round trip for all), and send.
 
         With ``pending`` the round trip is a transaction: the pending list is in the
         order of the sequence numbers, whatever other producers do meanwhile."""
-        env = encoded.env
+        env = wire.env
         pipe = self._redis.pipeline(transaction=pending is not None)
         pipe.incr(SEQ_KEY_PREFIX + env.key)
         PublishedEvents.mark(pipe, env.id, env.key, self._status_ttl)
@@ -227,8 +230,7 @@ class _Publisher:
             )
         seq, _, layout = pipe.execute()[:3]
         router = self._router(env.type, layout)  # Resharding: the caller spools it
-        wire = self._outgoing(encoded)
-        numbered = wire.env.with_seq(int(seq))
+        numbered = env.with_seq(int(seq))
         if self._signer is None:
             self.send(numbered, wire.numbered(int(seq)), router)
         else:
@@ -306,8 +308,22 @@ class _Publisher:
             return encoded
         env = encoded.env
         payload = json.dumps(env.payload, ensure_ascii=False, allow_nan=False)
-        ref = self._claims.put(env.id, payload.encode("utf-8"))
-        return Encoded.of(env.with_ref(ref))
+        return Encoded.of(env.with_ref(self._claim(env.id, payload.encode("utf-8"))))
+
+    def _claim(self, event_id: str, data: bytes) -> PayloadRef:
+        """Put ``data`` as the claim check of ``event_id``, once: the spool's retries of
+        one event (while a reshard drains, say) reuse the object the first one put."""
+        last = self._last_claim
+        if (
+            last is not None
+            and last[0] == event_id
+            and last[1].size == len(data)
+            and last[1].sha256 == hashlib.sha256(data).hexdigest()
+        ):
+            return last[1]
+        ref = self._claims.put(event_id, data)
+        self._last_claim = (event_id, ref)
+        return ref
 
     def put_pending(self, pending: _Pending) -> None:
         """The read-your-writes overlay alone (the event goes to the spool); with Redis

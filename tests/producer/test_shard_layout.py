@@ -4,8 +4,10 @@ to either layout) until the switch delivers them by the new count."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
+import boto3
 import pytest
 import redis
 
@@ -69,3 +71,44 @@ def test_the_record_routes_and_a_drain_holds_events_in_the_spool(
     assert depths(client, 6)[new.shard(key)] == 2 and sum(depths(client, 6)) == 3
     producer.session_ended(NS, "t", SAID)
     assert depths(client, 6)[new.shard(key)] == 3
+
+
+@pytest.fixture
+def versioned_claims(s3_endpoint: str) -> tuple[str, str]:
+    """A claim-check URL on a versioned bucket (every put is a version), and its bucket."""
+    bucket = f"claims-{uuid.uuid4().hex[:12]}"
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    s3.create_bucket(Bucket=bucket)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    return f"s3://{bucket}/claims", bucket
+
+
+def puts(s3_endpoint: str, bucket: str) -> int:
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    return len(s3.list_object_versions(Bucket=bucket).get("Versions", []))
+
+
+def test_a_claim_checked_payload_is_put_once_across_a_reshard(
+    broker_url: str,
+    client: redis.Redis,
+    make_producer: MakeProducer,
+    s3_endpoint: str,
+    versioned_claims: tuple[str, str],
+) -> None:
+    """Another count in the record (the direct attempt steps aside for the general
+    path), then a drain (the spool retries the event until the switch): one put each."""
+    url, bucket = versioned_claims
+    producer = make_producer(
+        broker_url, max_event_bytes=4096, claim_check_url=url, s3_endpoint_url=s3_endpoint
+    )
+    big = [Message(role=Role.USER, content="teal " * 2000)]
+    client.set(KEY, ShardLayout(6).encode())
+    producer.session_ended(NS, "t", big)
+    assert producer.spooled == 0 and puts(s3_endpoint, bucket) == 1
+
+    client.set(KEY, ShardLayout(SHARDS, 6).encode())
+    producer.session_ended(NS, "t", big)
+    assert not producer.flush(timeout=1.0)  # attempts while it drains
+    client.set(KEY, ShardLayout(SHARDS).encode())
+    assert producer.flush(timeout=10)
+    assert sum(depths(client, 6)) == 2 and puts(s3_endpoint, bucket) == 2
