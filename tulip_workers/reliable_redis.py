@@ -15,8 +15,9 @@ transport closes the window the way Redis's own "reliable queue" pattern does:
 - what a dead consumer leaves on the delivering list goes back to the head of its
   queue, behind that consumer's unacked messages, in the same atomic step as those
   (``lua/restore_unacked.lua``, run by :mod:`tulip_workers.redelivery` at start);
-- a live consumer whose reply was lost to a connection error (the message moved, the
-  reply never read) puts the delivering list back at the head before it asks again.
+- a live consumer whose reply was lost (a connection error, or kombu's health check
+  dropping a connection whose reply is overdue: the message moved, the reply never
+  read) puts the delivering list back at the head before it asks again.
 
 Only ordered shard queues (``memory.extract.*``, ``memory.checkpoint.*``: one consumer
 each) are consumed this way, and only with ack emulation on (``acks_late``); any other
@@ -107,6 +108,14 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         self._brpop_sent_at = monotonic()
         wait = self.brpop_timeout if timeout is None else timeout
         self.client.connection.send_command("BLMOVE", source, target, "RIGHT", "LEFT", wait or 0)
+
+    def _on_connection_disconnect(self, connection: Any) -> None:
+        """A connection dropped with a ``BLMOVE`` outstanding (kombu's health check
+        drops one whose reply is overdue): Redis may have moved a message whose reply
+        never arrived, so put the delivering list back before asking again."""
+        if self._moving is not None and self._in_poll is connection:
+            self._orphans = self._moving[0]
+        super()._on_connection_disconnect(connection)
 
     def _return_orphans(self, queue: str) -> None:
         """Put a lost reply's message back at the head of ``queue``, oldest first."""

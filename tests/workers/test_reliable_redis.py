@@ -189,6 +189,22 @@ def test_a_live_consumer_takes_back_a_reply_lost_to_a_broken_connection(
         assert raw.llen(reliable_redis.delivering_key(prefix, QUEUE)) == 0
 
 
+def test_a_connection_dropped_with_the_reply_unread_gives_the_message_back(
+    reliable: None, redis_url: str, prefix: str
+) -> None:
+    """kombu's health check drops a connection whose reply is overdue, reading nothing."""
+    with connect(redis_url, prefix) as conn:
+        publish(conn, ["one", "two"])
+        got: list[str] = []
+        channel, raw = die_after_the_pop(conn, got=got, lose_reply=True)
+        channel.client.connection.disconnect()  # what the health check does
+        assert channel._in_poll is None
+        channel._brpop_start()
+        assert channel._brpop_read()
+        assert got == ["one"]
+        assert raw.llen(reliable_redis.delivering_key(prefix, QUEUE)) == 0
+
+
 def test_an_item_that_is_no_kombu_message_is_dropped_not_retried_forever(
     reliable: None, redis_url: str, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
