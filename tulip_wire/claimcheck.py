@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 
 from tulip_memory.env import CHECKPOINT_URL, S3_ENDPOINT_URL
 from tulip_memory.errors import TulipMemoryError
+from tulip_memory.objects import s3_client
 from tulip_memory.private import private_dir, write_private
-from tulip_memory.s3client import s3_client
 from tulip_wire.env import CLAIM_CHECK_URL, SPOOL_DIR
 from tulip_wire.events import EventError, PayloadRef
 from tulip_wire.redact import redact_text, redact_url

@@ -15,13 +15,15 @@ from tulip_memory.state import AgentState
 
 
 class CountedS3(S3DeltaStorage):
-    """An S3 storage counting the GETs it sends."""
+    """An S3 storage counting the GETs its client sends."""
 
-    gets = 0
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.gets = 0
+        self.client.meta.events.register("before-call.s3.GetObject", self._count)
 
-    def _get(self, key: str) -> bytes | None:
+    def _count(self, **_: Any) -> None:
         self.gets += 1
-        return super()._get(key)
 
 
 def states(n: int, who: str = "a") -> list[AgentState]:

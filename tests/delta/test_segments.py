@@ -193,9 +193,9 @@ async def test_an_unreadable_segment_fails_the_load_and_a_save_starts_over() -> 
     for state in thread[:10]:
         await cp.save(state, "t")
     key = ThreadKeys.of("t").head
-    manifest, head_state = decode_head_manifest(key, storage._objects[key])
+    manifest, head_state = decode_head_manifest(key, storage.objects.get(key) or b"")
     broken = HeadState((head_state.sections[0], b"not zlib"), segmented=True)
-    storage._objects[key] = encode_head(manifest, broken, 6)
+    storage.objects.put(key, encode_head(manifest, broken, 6))
     with pytest.raises(CorruptCheckpointError) as e:
         await cp.load("t")
     assert key in str(e.value)

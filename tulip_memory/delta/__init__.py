@@ -2,7 +2,8 @@
 
 :class:`DeltaCheckpointer` is the seed's checkpointer; :class:`DeltaStorage` the storage
 contract, with :class:`FileDeltaStorage`, :class:`S3DeltaStorage` (any S3 API) and
-:class:`InMemoryObjectStorage` as backends of the layout below, and the seed's
+:class:`InMemoryObjectStorage` as backends of the layout below (each is
+:class:`ObjectStoreDeltaStorage` on one :mod:`tulip_memory.objects` store), and the seed's
 :class:`InMemoryDeltaStorage`, which keeps the records it is given (a storage written to
 the seed's ``store`` / ``retrieve`` / ``list_checkpoints`` / ``delete`` works the same
 way, see :mod:`tulip_memory.delta.records`).
@@ -82,12 +83,17 @@ from tulip_memory.delta.errors import (
     InvalidThreadIdError,
     StateNotSerializableError,
 )
-from tulip_memory.delta.file import FileDeltaStorage
 from tulip_memory.delta.layout import Policy
-from tulip_memory.delta.memory import InMemoryDeltaStorage, InMemoryObjectStorage
+from tulip_memory.delta.memory import InMemoryDeltaStorage
 from tulip_memory.delta.models import CheckpointMetadata, DeltaCheckpoint
-from tulip_memory.delta.s3 import S3DeltaStorage
-from tulip_memory.delta.storage import DeltaStorage, ObjectInfo, ObjectPage, ThreadPage
+from tulip_memory.delta.objects import (
+    FileDeltaStorage,
+    InMemoryObjectStorage,
+    ObjectStoreDeltaStorage,
+    S3DeltaStorage,
+)
+from tulip_memory.delta.storage import DeltaStorage, ThreadPage
+from tulip_memory.objects import ObjectInfo, ObjectPage
 
 __all__ = [
     "CheckpointMetadata",
@@ -104,6 +110,7 @@ __all__ = [
     "InvalidThreadIdError",
     "ObjectInfo",
     "ObjectPage",
+    "ObjectStoreDeltaStorage",
     "Policy",
     "S3DeltaStorage",
     "StateNotSerializableError",

@@ -8,7 +8,9 @@ A backend implements one of two contracts:
   seed's contract does (``store``, ``retrieve``, ``list_checkpoints``, ``delete``) and
   the thread lifecycle (``list_threads``, ``copy_thread``) is built once, here, on
   those five, over the layout of :mod:`tulip_memory.delta`, so every such backend
-  stores the same objects and passes the same conformance suite;
+  stores the same objects and passes the same conformance suite (the file, S3 and
+  in-memory backends are one :mod:`tulip_memory.objects` store each, through
+  :mod:`tulip_memory.delta.objects`);
 - the **record contract** (the seed's): ``store`` / ``retrieve`` /
   ``list_checkpoints`` / ``delete`` of whole :class:`DeltaCheckpoint` records, kept as
   given. :class:`DeltaCheckpointer` then does the seed's delta chaining on top (see
@@ -34,30 +36,11 @@ from tulip_memory.delta.log import ThreadLog
 from tulip_memory.delta.manifest import to_micros
 from tulip_memory.delta.models import CheckpointMetadata, DeltaCheckpoint
 from tulip_memory.delta.records import copy_records
+from tulip_memory.objects import ObjectPage
 
 #: The seed's abstract methods, and this project's.
 RECORD_METHODS = ("store", "retrieve", "list_checkpoints", "delete")
 OBJECT_METHODS = ("read_objects", "write_objects", "delete_objects", "list_objects")
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    """A stored object: its key and size in bytes."""
-
-    key: str
-    size: int
-
-
-@dataclass(frozen=True)
-class ObjectPage:
-    """One page of a listing, in key order; ``truncated`` when more follow."""
-
-    objects: tuple[ObjectInfo, ...]
-    truncated: bool
-
-    @property
-    def keys(self) -> list[str]:
-        return [o.key for o in self.objects]
 
 
 @dataclass(frozen=True)

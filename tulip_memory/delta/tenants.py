@@ -23,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from tulip_memory.delta.checkpointer import DeltaCheckpointer
 from tulip_memory.delta.errors import HeadChanged
 from tulip_memory.delta.keys import SUMMARIES, ThreadKeys, scoped_key, tenant_part, unscoped_key
-from tulip_memory.delta.storage import DeltaStorage, ObjectInfo, ObjectPage
+from tulip_memory.delta.storage import DeltaStorage
+from tulip_memory.objects import ObjectInfo, ObjectPage
 
 #: Per-tenant checkpointers kept by :class:`TenantCheckpointers` (least recently used
 #: go first; building one again is cheap).
