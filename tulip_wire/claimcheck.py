@@ -7,25 +7,31 @@ object is dead-lettered with its reason instead of being applied.
 
 Objects live under one root URL, at ``<root>/<id[:2]>/<id>.json``: the event id is 32
 hex digits (checked), so keys are safe on every backend and spread over 256 prefixes.
-Backends: ``file:///dir``, ``s3://bucket/prefix`` (any S3 API) and ``memory://name``
-(process-local, for tests and development).
+Backends: ``file:///dir`` (owner-only files), ``s3://bucket/prefix`` (any S3 API) and
+``memory://name`` (process-local, for tests and development), the stores of
+:mod:`tulip_memory.objects`, called synchronously (the producer's thread, a worker's).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from tulip_memory.env import CHECKPOINT_URL, S3_ENDPOINT_URL
 from tulip_memory.errors import TulipMemoryError
-from tulip_memory.objects import s3_client
-from tulip_memory.private import private_dir, write_private
+from tulip_memory.objects import (
+    FileObjectStore,
+    MemoryObjectStore,
+    ObjectStore,
+    ObjectStoreError,
+    S3ObjectStore,
+    s3_client,
+)
 from tulip_wire.env import CLAIM_CHECK_URL, SPOOL_DIR
 from tulip_wire.events import EventError, PayloadRef
 from tulip_wire.redact import redact_text, redact_url
@@ -69,13 +75,14 @@ class ClaimCheckUnavailable(TulipMemoryError):
         super().__init__(f"claim-check store {redact_url(url)} unavailable: {redact_text(cause)}")
 
 
-class _Objects(Protocol):
-    """The only two things a backend does: write bytes at a key, read them back
-    (at most ``limit`` bytes of them: never more is fetched)."""
-
-    def write(self, key: str, data: bytes) -> None: ...
-
-    def read(self, key: str, limit: int) -> bytes | None: ...
+@contextmanager
+def _unavailable_on_failure() -> Iterator[None]:
+    """The object store's failures as :class:`ClaimCheckUnavailable` (credentials
+    redacted), chained to what the store raised."""
+    try:
+        yield
+    except ObjectStoreError as e:
+        raise ClaimCheckUnavailable(e.location, e.cause) from e
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,7 @@ class ClaimCheckStore:
     """Stores payloads by event id and returns them verified."""
 
     root: str
-    objects: _Objects
+    objects: ObjectStore
 
     @classmethod
     def from_url(
@@ -111,7 +118,8 @@ class ClaimCheckStore:
         if not _EVENT_ID.fullmatch(event_id):
             raise EventError(f"claim-check needs a 32 hex digit event id, got {event_id!r}")
         key = f"{event_id[:2]}/{event_id}.json"
-        self.objects.write(key, bytes(data))
+        with _unavailable_on_failure():
+            self.objects.put(key, bytes(data))
         digest = hashlib.sha256(data).hexdigest()
         return PayloadRef(url=f"{self.root}/{key}", sha256=digest, size=len(data))
 
@@ -136,7 +144,8 @@ class ClaimCheckStore:
                 "TULIP_MAX_CLAIM_BYTES",
                 event_id,
             )
-        data = self.objects.read(key, ref.size + 1)
+        with _unavailable_on_failure():
+            data = self.objects.get(key, ref.size + 1)
         if data is None:
             raise EventError(f"claim-check payload missing: {ref.url}", event_id)
         if len(data) > ref.size:
@@ -168,95 +177,6 @@ class ClaimCheckStore:
         return key, match["id"]
 
 
-@dataclass(frozen=True)
-class _FileObjects:
-    directory: Path
-
-    def write(self, key: str, data: bytes) -> None:
-        """Payloads are conversations: the store's directories are 0700, objects 0600,
-        written whole (readers see the whole object or none)."""
-        path = self.directory / key
-        try:
-            private_dir(self.directory)
-            write_private(private_dir(path.parent) / path.name, data)
-        except OSError as e:
-            raise ClaimCheckUnavailable(str(self.directory), repr(e)) from e
-
-    def read(self, key: str, limit: int) -> bytes | None:
-        try:
-            with (self.directory / key).open("rb") as f:
-                return f.read(limit)
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise ClaimCheckUnavailable(str(self.directory), repr(e)) from e
-
-
-@dataclass(frozen=True)
-class _S3Objects:
-    bucket: str
-    prefix: str
-    client: Any
-
-    def write(self, key: str, data: bytes) -> None:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            self.client.put_object(
-                Bucket=self.bucket, Key=self._full(key), Body=data, ContentType="application/json"
-            )
-        except (BotoCoreError, ClientError) as e:
-            raise ClaimCheckUnavailable(f"s3://{self.bucket}", repr(e)) from e
-
-    def read(self, key: str, limit: int) -> bytes | None:
-        """The first ``limit`` bytes, by a ranged GET: the server sends no more, and
-        no more is read if it ignores the range."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            response = self.client.get_object(
-                Bucket=self.bucket, Key=self._full(key), Range=f"bytes=0-{limit - 1}"
-            )
-            body = response["Body"]
-            try:
-                return bytes(body.read(limit))
-            finally:
-                body.close()
-        except ClientError as e:
-            code = e.response.get("Error", {}).get("Code")
-            if code in {"NoSuchKey", "404"}:
-                return None
-            if code == "InvalidRange":  # the range starts past the end: an empty object
-                return b""
-            raise ClaimCheckUnavailable(f"s3://{self.bucket}", repr(e)) from e
-        except BotoCoreError as e:
-            raise ClaimCheckUnavailable(f"s3://{self.bucket}", repr(e)) from e
-
-    def _full(self, key: str) -> str:
-        return f"{self.prefix}/{key}" if self.prefix else key
-
-
-_MEMORY_SPACES: dict[str, dict[str, bytes]] = {}
-_MEMORY_LOCK = threading.Lock()
-
-
-class _MemoryObjects:
-    """Objects in this process only; every store on the same URL shares them."""
-
-    def __init__(self, name: str) -> None:
-        with _MEMORY_LOCK:
-            self._objects = _MEMORY_SPACES.setdefault(name, {})
-
-    def write(self, key: str, data: bytes) -> None:
-        with _MEMORY_LOCK:
-            self._objects[key] = data
-
-    def read(self, key: str, limit: int) -> bytes | None:
-        with _MEMORY_LOCK:
-            data = self._objects.get(key)
-        return None if data is None else data[:limit]
-
-
 def _file_store(url: str) -> ClaimCheckStore:
     parts = urlsplit(url)
     if parts.netloc not in {"", "localhost"} or not parts.path.startswith("/"):
@@ -264,7 +184,7 @@ def _file_store(url: str) -> ClaimCheckStore:
             f"file claim-check URL must be file:///absolute/dir, got {redact_url(url)!r}"
         )
     directory = Path(parts.path.rstrip("/") or "/")
-    return ClaimCheckStore(f"file://{directory}", _FileObjects(directory))
+    return ClaimCheckStore(f"file://{directory}", FileObjectStore(directory))
 
 
 def _s3_store(url: str, endpoint: str | None, timeout: float) -> ClaimCheckStore:
@@ -281,9 +201,10 @@ def _s3_store(url: str, endpoint: str | None, timeout: float) -> ClaimCheckStore
         read_timeout=timeout,
     )
     root = f"s3://{parts.netloc}/{prefix}" if prefix else f"s3://{parts.netloc}"
-    return ClaimCheckStore(root, _S3Objects(parts.netloc, prefix, client))
+    objects = S3ObjectStore(parts.netloc, prefix, client, content_type="application/json")
+    return ClaimCheckStore(root, objects)
 
 
 def _memory_store(url: str) -> ClaimCheckStore:
     name = (urlsplit(url).netloc + urlsplit(url).path).rstrip("/")
-    return ClaimCheckStore(f"memory://{name}", _MemoryObjects(name))
+    return ClaimCheckStore(f"memory://{name}", MemoryObjectStore.named(name))

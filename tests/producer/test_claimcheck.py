@@ -15,6 +15,7 @@ import boto3
 import pytest
 
 from tulip_producer import ClaimCheckStore
+from tulip_wire.claimcheck import ClaimCheckUnavailable
 from tulip_wire.events import EventError, PayloadRef
 
 
@@ -164,10 +165,33 @@ def test_unusable_urls_fail_early(url: str) -> None:
         ClaimCheckStore.from_url(url)
 
 
+def test_an_unwritable_store_is_unavailable_and_shows_no_credentials(
+    tmp_path: Path, s3_endpoint: str
+) -> None:
+    """A file store whose directory is a file; an S3 endpoint that refuses connections,
+    with a password in its URL (reads from it are unavailable too). ``s3_endpoint``
+    only sets the AWS credentials, so the client gets as far as connecting."""
+    (tmp_path / "a-file").write_bytes(b"")
+    secret = "s3cr3t-Pa55"
+    s3 = ClaimCheckStore.from_url(
+        "s3://b/p", endpoint_url=f"http://user:{secret}@127.0.0.1:9", timeout=1
+    )
+    stores = {str(tmp_path / "a-file"): ClaimCheckStore.from_url(f"file://{tmp_path}/a-file")}
+    for location, store in {**stores, "s3://b": s3}.items():
+        with pytest.raises(ClaimCheckUnavailable) as e:
+            store.put(event_id(), b"payload")
+        assert e.value.url == location and secret not in str(e.value)
+    eid = event_id()
+    ref = PayloadRef(url=f"{s3.root}/{eid[:2]}/{eid}.json", sha256="0" * 64, size=7)
+    with pytest.raises(ClaimCheckUnavailable) as e:
+        s3.get(ref, eid)
+    assert "127.0.0.1:9" in str(e.value) and secret not in str(e.value)
+
+
 def test_an_object_larger_than_its_reference_is_refused(store: ClaimCheckStore) -> None:
     eid = event_id()
     ref = store.put(eid, b"x" * 100)
-    store.objects.write(f"{eid[:2]}/{eid}.json", b"x" * 1_000_000)  # replaced, bigger
+    store.objects.put(f"{eid[:2]}/{eid}.json", b"x" * 1_000_000)  # replaced, bigger
     with pytest.raises(EventError, match="more than the 100 bytes its reference says"):
         store.get(ref, owner(ref))
 

@@ -404,7 +404,7 @@ async def test_a_claim_over_the_limit_or_its_stated_size_is_a_dead_letter(
     over = claimed("My favourite colour is black.", 2, pad=3000)
     grown = claimed("My favourite colour is white.", 3)
     assert grown.payload_ref is not None
-    claims.objects.write(f"{grown.id[:2]}/{grown.id}.json", b"[" * 10_000_000)
+    claims.objects.put(f"{grown.id[:2]}/{grown.id}.json", b"[" * 10_000_000)
     assert await worker.handle(encode(fits), fits.id) == APPLIED
     assert await worker.handle(encode(over), over.id) == DEAD
     assert await worker.handle(encode(grown), grown.id) == DEAD
