@@ -15,6 +15,8 @@ from typing import Any
 
 from tulip_memory.errors import StoreCapabilityError
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
+from tulip_memory.store.ranking import tenant_of
+from tulip_memory.store.validation import validate_namespace
 
 BatchItem = tuple[tuple[str, ...], str, Any, dict[str, Any] | None]
 
@@ -161,8 +163,36 @@ class BaseStore(ABC):
 
 
 class BatchFirstStore(BaseStore):
-    """A backend whose primitive write is the batch (one transaction, one statement, as
-    LangGraph's batch-first stores): :meth:`put` is a batch of one, written once here."""
+    """A backend whose primitives are batches (one transaction, one statement, as
+    LangGraph's batch-first stores): :meth:`put` is a batch of one and :meth:`search` a
+    :meth:`search_many` of one, written once here, as is the check that a multi-namespace
+    search stays within one tenant."""
+
+    async def search(
+        self,
+        namespace: tuple[str, ...],
+        query: str | None = None,
+        limit: int = 10,
+    ) -> list[StoreItem]:
+        return (await self.search_many([namespace], query, limit))[0]
+
+    async def search_many(
+        self,
+        namespaces: Sequence[tuple[str, ...]],
+        query: str | None = None,
+        limit: int = 10,
+    ) -> list[list[StoreItem]]:
+        """:meth:`search` over several namespaces of ONE tenant, in one read."""
+        nss = [validate_namespace(ns) for ns in namespaces]
+        if not nss:
+            return []
+        return await self._search_batch(tenant_of(nss, "search_many"), nss, query, limit)
+
+    @abstractmethod
+    async def _search_batch(
+        self, tenant: str, namespaces: list[tuple[str, ...]], query: str | None, limit: int
+    ) -> list[list[StoreItem]]:
+        """Each of ``namespaces`` (validated, all of ``tenant``) searched, in order."""
 
     async def put(
         self,

@@ -47,7 +47,6 @@ from tulip_memory.store.ranking import (
     cosine_distances,
     json_contains,
     score_of,
-    tenant_of,
     vector_or_none,
 )
 from tulip_memory.store.validation import (
@@ -537,22 +536,10 @@ class HolographicStore(BatchFirstStore):
         # character below the separator.
         return sorted(tuple(r[0].split(NS_SEP)) for r in names)[: max(limit, 0)]
 
-    async def search(
-        self, namespace: tuple[str, ...], query: str | None = None, limit: int = 10
-    ) -> list[StoreItem]:
-        return (await self.search_many([namespace], query, limit))[0]
-
-    async def search_many(
-        self,
-        namespaces: Sequence[tuple[str, ...]],
-        query: str | None = None,
-        limit: int = 10,
+    async def _search_batch(
+        self, tenant: str, nss: list[tuple[str, ...]], query: str | None, limit: int
     ) -> list[list[StoreItem]]:
-        """:meth:`search` over several namespaces of ONE tenant, in one read transaction."""
-        nss = [validate_namespace(ns) for ns in namespaces]
-        if not nss:
-            return []
-        tenant_of(nss, "search_many")
+        """Every namespace in one read transaction."""
         if limit <= 0:
             return [[] for _ in nss]
         names = [NS_SEP.join(ns) for ns in nss]

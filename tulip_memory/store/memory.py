@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -31,7 +30,6 @@ from tulip_memory.store.ranking import (
     cosine_distances,
     json_contains,
     score_of,
-    tenant_of,
     vector_or_none,
 )
 from tulip_memory.store.validation import (
@@ -178,21 +176,9 @@ class InMemoryStore(BatchFirstStore):
             found = {n for n, _ in self._rows if n[: len(pre)] == pre}
         return sorted(found)[:limit]
 
-    async def search(
-        self, namespace: tuple[str, ...], query: str | None = None, limit: int = 10
-    ) -> list[StoreItem]:
-        return (await self.search_many([namespace], query, limit))[0]
-
-    async def search_many(
-        self,
-        namespaces: Sequence[tuple[str, ...]],
-        query: str | None = None,
-        limit: int = 10,
+    async def _search_batch(
+        self, tenant: str, nss: list[tuple[str, ...]], query: str | None, limit: int
     ) -> list[list[StoreItem]]:
-        nss = [validate_namespace(ns) for ns in namespaces]
-        if not nss:
-            return []
-        tenant_of(nss, "search_many")
         qvec = vector_or_none((await self._encoder.aembed([query]))[0]) if query else None
         needle = query.casefold() if query and self.search_mode == "substring" else None
         return [

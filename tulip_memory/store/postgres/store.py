@@ -751,22 +751,10 @@ class PgMemory(BatchFirstStore):
         rows = await self._fetch(pre[0], "LIST_NAMESPACES", NS_SEP.join(pre), limit)
         return [tuple(r["ns"].split(NS_SEP)) for r in rows]
 
-    async def search(
-        self, namespace: tuple[str, ...], query: str | None = None, limit: int = 10
-    ) -> list[StoreItem]:
-        return (await self.search_many([namespace], query, limit))[0]
-
-    async def search_many(
-        self,
-        namespaces: Sequence[tuple[str, ...]],
-        query: str | None = None,
-        limit: int = 10,
+    async def _search_batch(
+        self, tenant: str, nss: list[tuple[str, ...]], query: str | None, limit: int
     ) -> list[list[StoreItem]]:
-        """:meth:`search` over several namespaces of ONE tenant, in one statement."""
-        nss = [validate_namespace(ns) for ns in namespaces]
-        if not nss:
-            return []
-        tenant = tenant_of(nss, "search_many")
+        """Every namespace in one statement."""
         names = [NS_SEP.join(ns) for ns in nss]
         if not query:
             rows = await self._fetch(tenant, "SEARCH_RECENT", names, limit)
