@@ -31,10 +31,10 @@ from celery import Celery
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from tulip_memory.credentials import redact_url
 from tulip_wire import celeryconfig, topology
 from tulip_wire.endpoints import redis_client
 from tulip_wire.env import redis_url
-from tulip_wire.redact import redact_url
 from tulip_workers.settings import LLM_MAX_INFLIGHT
 from tulip_workers.tally import DeadLetterTally
 

@@ -16,12 +16,12 @@ import asyncio
 import sys
 from typing import Any
 
+from tulip_memory.credentials import redact_url
 from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.delta.keys import tenant_part
 from tulip_memory.delta.tenants import adopt_thread
 from tulip_memory.registry import get_checkpointer
 from tulip_ops.settings import OpsSettings
-from tulip_wire.redact import redact_url
 
 
 def add_parser(sub: Any) -> None:

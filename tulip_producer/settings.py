@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from tulip_memory.config import StoreSettings
+from tulip_memory.credentials import redact_url
 from tulip_memory.env import CHECKPOINT_URL, S3_ENDPOINT_URL, Var, positive, seconds
 from tulip_memory.env import environ as environ_of
 from tulip_wire import env as wire
@@ -22,7 +23,6 @@ from tulip_wire.endpoints import BROKER_SCHEMES, REDIS_SCHEMES, scheme_of
 from tulip_wire.env import DEFAULT_SPOOL_DIR
 from tulip_wire.events import DEFAULT_MAX_EVENT_BYTES
 from tulip_wire.published import DEFAULT_STATUS_TTL
-from tulip_wire.redact import redact_url
 from tulip_wire.signing import signer_of
 
 #: Named in the refusal when no broker is configured; never used as a default: a

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tulip_memory.credentials import redact_text, redact_url
 from tulip_memory.env import CHECKPOINT_URL, S3_ENDPOINT_URL
 from tulip_memory.errors import TulipMemoryError
 from tulip_memory.objects import (
@@ -34,7 +35,6 @@ from tulip_memory.objects import (
 )
 from tulip_wire.env import CLAIM_CHECK_URL, SPOOL_DIR
 from tulip_wire.events import EventError, PayloadRef
-from tulip_wire.redact import redact_text, redact_url
 
 _EVENT_ID = re.compile(r"[0-9a-f]{32}")
 _KEY = re.compile(r"(?P<fan>[0-9a-f]{2})/(?P<id>[0-9a-f]{32})\.json")

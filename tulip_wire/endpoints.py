@@ -29,7 +29,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import redis
 from redis.sentinel import Sentinel
 
-from tulip_wire.redact import redact_url
+from tulip_memory.credentials import redact_url
 
 SSL_PARAMS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 _CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}

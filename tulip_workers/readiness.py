@@ -30,7 +30,7 @@ from celery import Celery, signals
 from celery.exceptions import WorkerShutdown
 
 from tulip_memory.config import database_url
-from tulip_wire.redact import redact_url
+from tulip_memory.credentials import redact_url
 from tulip_workers.failures import is_unreachable
 from tulip_workers.redelivery import ordered_queues
 from tulip_workers.retry import describe

@@ -51,8 +51,8 @@ from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
+from tulip_memory.credentials import redact_url
 from tulip_wire.endpoints import redis_client
-from tulip_wire.redact import redact_url
 from tulip_wire.topology import DEATHS_PREFIX, RUNNING_PREFIX, is_ordered_queue
 from tulip_workers import reliable_redis
 from tulip_workers.reliable_redis import delivering_key

@@ -12,11 +12,11 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from tulip_memory._portal import Portal
+from tulip_memory.credentials import redact_url
 from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.reindex import Reindexer
 from tulip_wire.endpoints import redis_client
 from tulip_wire.pending import PendingStates, pending_states
-from tulip_wire.redact import redact_url
 from tulip_wire.signing import Signer, signer_of
 from tulip_wire.topology import (
     CHECKPOINT_QUEUE_PREFIX,

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tulip_memory.credentials import redact_text, redact_url
 from tulip_memory.delta import FileDeltaStorage
+from tulip_memory.objects.base import ObjectStoreError
+from tulip_memory.objects.s3 import S3ObjectStore, s3_client
 from tulip_producer import Producer, ProducerSettings
 from tulip_producer.spool import Spool
 from tulip_wire.claimcheck import ClaimCheckStore
-from tulip_wire.redact import redact_text, redact_url
 
 SECRET = "s3cr3t-Pa55"
 
@@ -57,6 +59,23 @@ def test_claim_store_errors_never_echo_a_password() -> None:
     with pytest.raises(ValueError) as e:
         ClaimCheckStore.from_url(f"ftp://user:{SECRET}@host/claims")
     assert SECRET not in str(e.value)
+
+
+def test_object_store_errors_never_echo_an_endpoint_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """botocore names the endpoint URL it could not reach; our error masks its password."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    client = s3_client(
+        endpoint_url=f"http://user:{SECRET}@127.0.0.1:9",
+        region_name="us-east-1",
+        max_attempts=1,
+        connect_timeout=1.0,
+    )
+    with pytest.raises(ObjectStoreError) as e:
+        S3ObjectStore("bucket", "", client).get("k")
+    assert "127.0.0.1" in str(e.value) and SECRET not in str(e.value)
 
 
 def test_a_failed_publish_logs_the_event_id_and_error_class_only(

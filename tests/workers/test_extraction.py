@@ -17,6 +17,7 @@ import pytest
 from tests.support.openai_server import FakeOpenAI, Reply
 from tests.support.pg import app_store, dead_reason
 from tests.support.services import Postgres
+from tulip_memory.credentials import redact_url
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.extract import LLMExtractorConfig
 from tulip_memory.manager import Memory
@@ -25,7 +26,6 @@ from tulip_memory.store import PgMemory
 from tulip_producer.reader import AsyncReader
 from tulip_wire.claimcheck import ClaimCheckStore
 from tulip_wire.events import Envelope, encode, session_ended
-from tulip_wire.redact import redact_url
 from tulip_workers.deadletters import UNKNOWN_TENANT
 from tulip_workers.event_worker import DatabaseUnreachable
 from tulip_workers.extraction import APPLIED, DEAD, DUPLICATE, SUPERSEDED, ExtractionWorker

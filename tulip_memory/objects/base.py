@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from tulip_memory.credentials import redact_text
 from tulip_memory.errors import TulipMemoryError
 
 
@@ -38,13 +39,14 @@ class ObjectPage:
 
 class ObjectStoreError(TulipMemoryError):
     """A backend failed for a reason other than a missing object: ``key`` is the object,
-    ``location`` the store (a directory, ``s3://bucket``), ``cause`` what went wrong."""
+    ``location`` the store (a directory, ``s3://bucket``), ``cause`` what went wrong
+    (with the credentials of any URL in it masked: an S3 error names its endpoint)."""
 
     def __init__(self, key: str, cause: str, location: str) -> None:
         self.key = key
-        self.cause = cause
-        self.location = location
-        super().__init__(f"object store {location} failed on {key!r}: {cause}")
+        self.cause = redact_text(cause)
+        self.location = redact_text(location)
+        super().__init__(f"object store {self.location} failed on {key!r}: {self.cause}")
 
 
 class ObjectChanged(ObjectStoreError):
