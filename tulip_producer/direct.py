@@ -4,13 +4,19 @@ and the enqueue, in one script.
 The general path (:meth:`tulip_producer.producer._Publisher.publish`) takes two: a
 pipeline that numbers the event, then Celery's ``send_task``. Where the broker and the
 sequence-number Redis are one database, nothing is signed and no pending list is
-written, this path builds the Celery message itself (protocol 2, exactly the fields
-``send_task`` sends, the body as plain JSON rather than base64) around the place of
-the sequence number (the envelope's one encoding, :class:`~tulip_wire.events.Encoded`),
-and one script (``tulip_wire/lua/publish_direct.lua``) numbers the
-event, marks it published and pushes the message onto the shard queue, as kombu's
-Redis transport would. When the layout record (:mod:`tulip_wire.shardlayout`) names
-another shard count, the script does nothing and the general path takes over.
+written, this path publishes the message ``send_task`` would, built by Celery itself:
+once per task, :func:`send_event` (the one call both paths make) sends an event whose
+fields are markers to kombu's in-memory transport, and the message it stores, written
+as kombu's Redis transport writes it (its body plain JSON rather than base64), becomes
+a :class:`MessageTemplate`. A publish fills in only the event's own fields (task id,
+queue, delivery tag, the envelope's one encoding, :class:`~tulip_wire.events.Encoded`)
+and one script (``tulip_wire/lua/publish_direct.lua``) numbers the event, marks it
+published and pushes the message, the number written where the markers stood, onto the
+shard queue, as kombu's Redis transport would. When the layout record
+(:mod:`tulip_wire.shardlayout`) names another shard count, the script does nothing and
+the general path takes over. A template whose rendering of a sample event differs from
+what ``send_task`` stores for it (another serializer, compression, a publish signal
+adding headers that vary) is not used: the general path publishes everything.
 
 All of a script's keys must live on one Redis node: on a Redis Cluster, this path
 needs the keys hash-tagged together, which they are not; use the general path there.
@@ -19,93 +25,208 @@ needs the keys hash-tagged together, which they are not; use the general path th
 from __future__ import annotations
 
 import json
-import os
-import socket
+import logging
+import re
 import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Self, TypeVar
 
 import redis
+from celery import Celery
+from kombu import Connection, Queue
+from kombu.utils.json import dumps as kombu_dumps
 
 import tulip_wire
-from tulip_wire.events import Encoded
+from tulip_wire.events import TASKS, Encoded
 from tulip_wire.published import PUBLISHED_KEY_PREFIX
 from tulip_wire.routing import ShardRouter
 from tulip_wire.shardlayout import layout_key
 from tulip_wire.topology import SEQ_KEY_PREFIX
 
-#: Stands where the script writes the sequence number while the message is built:
-#: letters only, so no level of JSON escaping changes it.
-_SEQ_SLOT = "tulipSEQslot"
 _SCRIPT = (Path(tulip_wire.__file__).parent / "lua" / "publish_direct.lua").read_text()
-_EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
+#: The fields of one event in a message; ``env`` is the envelope, ``seq`` its number.
+_MARKED = ("id", "queue", "tag", "env", "seq")
+#: A sample event a template must render exactly as ``send_task`` stores it: an
+#: envelope's text with quotes, backslashes, a NUL, accents and an emoji around its number.
+_SAMPLE_ID = "0123456789abcdef0123456789abcdef"
+_SAMPLE_HEAD = '{"v": 1, "said": "q\\" \\\\ \x00 ü 🌷", "seq": '
+_SAMPLE_TAIL = ', "payload": {"said": "\\u0000 \\" \' {}"}}'
+_SAMPLE_SEQ = 9_007_199_254_740_991
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def argsrepr(kind: str, event_id: str, seq: object) -> str:
+    """What Flower and task events show of an event's args instead of the conversation."""
+    return f"[<{kind} {event_id} seq={seq}>]"
+
+
+def send_event(
+    app: Celery,
+    connection: Connection,
+    task: str,
+    *,
+    event_id: str,
+    kind: str,
+    seq: object,
+    text: str,
+    queue: Queue,
+    **options: Any,
+) -> None:
+    """Send one event as a Celery task message: the producer's only ``send_task`` call,
+    so the general path and the direct path's templates send the same message."""
+    app.send_task(
+        task,
+        args=[text],
+        task_id=event_id,
+        queue=queue,
+        routing_key=queue.name,
+        # The default exchange delivers by queue name: kombu's Redis transport then
+        # skips its per-publish binding lookup (one round trip less).
+        exchange="",
+        retry=False,
+        connection=connection,
+        add_to_parent=False,
+        argsrepr=argsrepr(kind, event_id, seq),
+        **options,
+    )
+
+
+class MessageTemplate:
+    """One task's message as ``send_task`` stores it on a Redis broker, with holes for
+    the fields of an event: :meth:`render` gives it in parts, the event's sequence
+    number to go between each part and the next."""
+
+    def __init__(self, parts: list[str]) -> None:
+        self._parts = parts  # str.format templates: {id} {queue} {tag} {head} {tail}
+
+    @classmethod
+    def build(cls, app: Celery, task: str, kind: str, queue: Callable[[str], Queue]) -> Self | None:
+        """The template of ``task``, or None (and why, logged) when Celery's message
+        cannot be templated. Built in a thread of its own, where no Celery task is
+        running, so a producer made inside a task does not make that task the parent
+        of every event it publishes."""
+        with ThreadPoolExecutor(1, thread_name_prefix="tulip-direct-template") as pool:
+            return pool.submit(cls._build, app, task, kind, queue).result()
+
+    @classmethod
+    def _build(
+        cls, app: Celery, task: str, kind: str, queue: Callable[[str], Queue]
+    ) -> Self | None:
+        token = f"tulip{uuid.uuid4().hex}"
+        m = {name: token + name for name in _MARKED}
+        send = _Capture(app, task, kind, queue)
+        try:
+            marked = send(id=m["id"], queue=m["queue"], tag=m["tag"], text=m["env"], seq=m["seq"])
+            template = cls(_parts(kombu_dumps(marked), m))
+            sample = {"id": _SAMPLE_ID, "queue": f"{token}.0", "tag": str(uuid.uuid4())}
+            text = f"{_SAMPLE_HEAD}{_SAMPLE_SEQ}{_SAMPLE_TAIL}"
+            expected = send(**sample, text=text, seq=str(_SAMPLE_SEQ))
+            parts = template.render(**sample, head=_SAMPLE_HEAD, tail=_SAMPLE_TAIL)
+            got = json.loads(str(_SAMPLE_SEQ).join(parts))
+        except Exception as e:  # a message this module cannot read: say why
+            _refused(task, f"{type(e).__name__}: {e}")
+            return None
+        if got != expected:
+            _refused(task, "a sample event's message is not the one send_task stores")
+            return None
+        return template
+
+    def render(self, *, id: str, queue: str, tag: str, head: str, tail: str) -> list[str]:
+        """The message of one event whose envelope is ``head``, its number, ``tail``."""
+        head, tail = _in_body(head), _in_body(tail)
+        return [p.format(id=id, queue=queue, tag=tag, head=head, tail=tail) for p in self._parts]
 
 
 class DirectPublisher:
     """Numbers and enqueues an event with one script call (see the module doc)."""
 
-    def __init__(self, client: redis.Redis, status_ttl: float) -> None:
+    def __init__(
+        self, client: redis.Redis, status_ttl: float, templates: Mapping[str, MessageTemplate]
+    ) -> None:
         self._script = client.register_script(_SCRIPT)
         self._ttl_ms = int(status_ttl * 1000)
-        self._origin = f"gen{os.getpid()}@{socket.gethostname()}"
-        self._reply_to = str(uuid.uuid4())
+        self._templates = dict(templates)
 
-    def publish(self, wire: Encoded, task: str, router: ShardRouter) -> int | None:
+    @classmethod
+    def create(
+        cls, client: redis.Redis, status_ttl: float, app: Celery, queue: Callable[[str], Queue]
+    ) -> Self | None:
+        """A direct publisher of every event type, or None when a task's message cannot
+        be templated (then the general path publishes)."""
+        templates = {}
+        for kind, task in TASKS.items():
+            template = MessageTemplate.build(app, task, kind, queue)
+            if template is None:
+                return None
+            templates[task] = template
+        return cls(client, status_ttl, templates)
+
+    def publish(self, wire: Encoded, router: ShardRouter) -> int | None:
         """Publish ``wire`` on ``router``'s queue, numbered by the script; the sequence
-        number it got, or ``None`` when the layout record disagrees with ``router`` (or
-        the message is ambiguous): then nothing was done."""
+        number it got, or ``None`` when the layout record disagrees with ``router``
+        (then nothing was done)."""
         env = wire.env
         queue = router.queue(env.key)
-        message = self.message(task, env.id, env.type, queue, wire.head + _SEQ_SLOT + wire.tail)
-        parts = message.split(_SEQ_SLOT)
-        if len(parts) != 2:
-            return None  # the event's own text holds the slot's word: the general path
+        parts = self._templates[TASKS[env.type]].render(
+            id=env.id, queue=queue, tag=str(uuid.uuid4()), head=wire.head, tail=wire.tail
+        )
         keys = [SEQ_KEY_PREFIX + env.key, PUBLISHED_KEY_PREFIX + env.id]
         keys += [layout_key(router.prefix), queue]
         args: list[str | int] = [env.key, self._ttl_ms, str(router.shards), *parts]
         seq, _ = self._script(keys=keys, args=args)
         return None if int(seq) < 0 else int(seq)
 
-    def message(self, task: str, task_id: str, kind: str, queue: str, text: str) -> str:
-        """The Celery protocol-2 message of one task with ``[text]`` as its args, as
-        kombu's Redis transport stores it."""
-        argsrepr = f"[<{kind} {task_id}>]"  # the sequence number is in the logs
-        headers: dict[str, Any] = {
-            "lang": "py",
-            "task": task,
-            "id": task_id,
-            "shadow": None,
-            "eta": None,
-            "expires": None,
-            "group": None,
-            "group_index": None,
-            "retries": 0,
-            "timelimit": [None, None],
-            "root_id": task_id,
-            "parent_id": None,
-            "argsrepr": argsrepr,
-            "kwargsrepr": "{}",
-            "origin": self._origin,
-            "ignore_result": None,
-            "replaced_task_nesting": 0,
-            "stamped_headers": None,
-            "stamps": {},
-        }
-        properties = {
-            "correlation_id": task_id,
-            "reply_to": self._reply_to,
-            "delivery_mode": 2,
-            "delivery_info": {"exchange": "", "routing_key": queue},
-            "priority": 0,
-            "delivery_tag": str(uuid.uuid4()),
-        }
-        body = json.dumps([[text], {}, _EMBED])
-        return json.dumps(
-            {
-                "body": body,
-                "content-encoding": "utf-8",
-                "content-type": "application/json",
-                "headers": headers,
-                "properties": properties,
-            }
-        )
+
+class _Capture:
+    """What :func:`send_event` stores for one event of ``task``, taken from kombu's
+    in-memory transport: the dict kombu's Redis transport would write, its body left
+    plain (``body_encoding`` None), its delivery tag the one given."""
+
+    def __init__(self, app: Celery, task: str, kind: str, queue: Callable[[str], Queue]) -> None:
+        self.app, self.task, self.kind, self.queue = app, task, kind, queue
+
+    def __call__(self, *, id: str, queue: str, tag: str, text: str, seq: str) -> dict[str, Any]:
+        with Connection("memory://", transport_options={"body_encoding": None}) as connection:
+            channel = connection.default_channel
+            try:
+                send_event(
+                    self.app, connection, self.task, event_id=id, kind=self.kind, seq=seq,
+                    text=text, queue=self.queue(queue),
+                )  # fmt: skip
+                message = channel.basic_get(queue, no_ack=True)
+            finally:
+                channel.queue_delete(queue)
+        if message is None:
+            raise LookupError("send_task stored nothing")
+        stored: dict[str, Any] = message._raw
+        stored["properties"]["delivery_tag"] = tag
+        return stored
+
+
+def _parts(text: str, marks: Mapping[str, str]) -> list[str]:
+    """``text`` as format strings, split where the sequence number goes."""
+    text = text.replace("{", "{{").replace("}", "}}")
+    marked = re.compile("|".join(re.escape(m) for m in marks.values()))
+    names = {m: n for n, m in marks.items()}
+    holes = {"env": "{head}\0{tail}", "seq": "\0"}
+    text = marked.sub(lambda m: holes.get(names[m[0]], "{" + names[m[0]] + "}"), text)
+    return text.split("\0")
+
+
+def _in_body(text: str) -> str:
+    """``text`` as it reads inside the message: a string in the task's args, escaped
+    once, in the body, a string in the message, escaped once more."""
+    return json.dumps(json.dumps(text)[1:-1])[1:-1]
+
+
+def _refused(task: str, why: str) -> None:
+    log.warning(
+        "the one-round-trip publish is off: Celery's %s message cannot be templated "
+        "(%s); events go through send_task",
+        task,
+        why,
+    )

@@ -42,7 +42,7 @@ from tulip_memory.errors import TulipMemoryError
 from tulip_memory.messages import Message
 from tulip_memory.state import AgentState
 from tulip_producer.bases import PublishedBases
-from tulip_producer.direct import DirectPublisher
+from tulip_producer.direct import DirectPublisher, send_event
 from tulip_producer.settings import ProducerSettings
 from tulip_producer.spool import Spool, SpooledEvent
 from tulip_wire import events
@@ -196,7 +196,7 @@ class _Publisher:
             {"confirm_timeout": settings.publish_timeout} if settings.broker_is_amqp else {}
         )
         self._direct = (
-            DirectPublisher(self._redis, settings.status_ttl)
+            DirectPublisher.create(self._redis, settings.status_ttl, self._app, _redis_queue)
             if direct_possible(settings, self._app)
             else None
         )
@@ -207,10 +207,9 @@ class _Publisher:
         """Publish ``env`` (``encoded``: its encoding, when the caller has it already).
         A claim check is put before either path, once for both."""
         wire = self._outgoing(encoded if encoded is not None else Encoded.of(env))
-        if pending is None and self._direct is not None:
-            router = self._routers[env.type]
-            if self._direct.publish(wire, TASKS[env.type], router) is not None:
-                return
+        direct = self._direct if pending is None else None
+        if direct is not None and direct.publish(wire, self._routers[env.type]) is not None:
+            return
         self._publish(wire, pending)
 
     def _publish(self, wire: Encoded, pending: _Pending | None) -> None:
@@ -274,21 +273,10 @@ class _Publisher:
         """Send ``text`` (the encoded ``env``) as a Celery task message on its shard queue."""
         queue = self._queue(router.queue(env.key))
         with self._connections.acquire(block=True) as connection:
-            self._app.send_task(
-                TASKS[env.type],
-                args=[text],
-                task_id=env.id,
-                queue=queue,
-                routing_key=queue.name,
-                # The default exchange delivers by queue name: kombu's Redis transport
-                # then skips its per-publish binding lookup (one round trip less).
-                exchange="",
-                retry=False,
-                connection=connection,
-                # Flower and task events show this instead of a copy of the conversation.
-                argsrepr=f"[<{env.type} {env.id} seq={env.seq}>]",
-                **self._options,
-            )
+            send_event(
+                self._app, connection, TASKS[env.type], event_id=env.id, kind=env.type,
+                seq=env.seq, text=text, queue=queue, **self._options,
+            )  # fmt: skip
 
     def _queue(self, name: str) -> Queue:
         """The declared queue ``name``: a shard of this producer's setting, or of a
@@ -365,6 +353,13 @@ def direct_possible(settings: ProducerSettings, app: Celery) -> bool:
         and scheme_of(settings.broker_url) in {"redis", "rediss", "unix"}
         and not options.get("global_keyprefix")
     )
+
+
+def _redis_queue(name: str) -> Queue:
+    """A shard queue as a Redis broker declares it (the direct path's templates)."""
+    from tulip_wire.celeryconfig import kombu_queue
+
+    return kombu_queue(name, ordered=True, amqp=False)
 
 
 def _redis_client(settings: ProducerSettings) -> redis.Redis:

@@ -1,21 +1,31 @@
-"""The one-round-trip publish writes the message Celery's ``send_task`` would (the same
-task, id, args and sequence number, decodable by kombu), and steps aside for the
-general path whenever it cannot be exact: another shard layout, signing."""
+"""The one-round-trip publish writes the message Celery's ``send_task`` would (every
+field but the event's own, decodable by kombu), and steps aside for the general path
+whenever it cannot be exact: another shard layout, signing, a message Celery builds in
+a way the template cannot follow."""
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
+import uuid
 from _collections_abc import dict_items
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
 import redis
+from celery import Celery
+from celery.signals import before_task_publish
 
 from tests.producer.conftest import SHARDS, MakeProducer
 from tulip_memory.messages import Message, Role
+from tulip_producer import ProducerSettings
+from tulip_producer.direct import DirectPublisher
+from tulip_producer.producer import celery_app
 from tulip_wire import events
+from tulip_wire.celeryconfig import kombu_queue
 from tulip_wire.events import decode, namespace_key
 from tulip_wire.routing import ShardRouter
 from tulip_wire.shardlayout import ShardLayout, layout_key
@@ -53,25 +63,37 @@ def stored(client: redis.Redis) -> tuple[dict[str, Any], list[Any]]:
     return message, json.loads(body)
 
 
-def test_direct_and_general_publish_store_the_same_task(
+def but_the_events_own(message: dict[str, Any], event_id: str, seq: int) -> dict[str, Any]:
+    """``message`` without what is its event's own: the body (and its encoding), the
+    delivery tag, the id, the number, and the sending thread's ``reply_to``."""
+    properties = {
+        k: v
+        for k, v in message["properties"].items()
+        if k not in {"body_encoding", "delivery_tag", "reply_to"}
+    }
+    text = json.dumps({**message, "body": None, "properties": properties})
+    return dict(json.loads(text.replace(event_id, "<id>").replace(f"seq={seq}>", "seq=<n>>")))
+
+
+def test_the_direct_message_is_send_tasks_but_for_the_events_own_fields(
     broker_url: str, client: redis.Redis, make_producer: MakeProducer
 ) -> None:
     direct = make_producer(broker_url)
     general = make_producer(broker_url, direct_publish=False)
     first = direct.session_ended(NS, "t", SAID)
-    one, (args_one, kwargs_one, _) = stored(client)
+    one, (args_one, kwargs_one, embed_one) = stored(client)
     second = general.session_ended(NS, "t", SAID)
-    two, (args_two, kwargs_two, _) = stored(client)
-    assert "body_encoding" not in one["properties"]  # the direct path wrote it
+    two, (args_two, kwargs_two, embed_two) = stored(client)
+    assert one["properties"]["body_encoding"] is None  # the direct path wrote it
     assert two["properties"]["body_encoding"] == "base64"  # Celery's send_task did
+    assert but_the_events_own(one, first, 1) == but_the_events_own(two, second, 2)
+    assert (kwargs_one, embed_one) == (kwargs_two, embed_two) and kwargs_one == {}
     env_one, env_two = decode(args_one[0]), decode(args_two[0])
     assert (env_one.id, env_one.seq, env_two.id, env_two.seq) == (first, 1, second, 2)
     assert env_one.payload == env_two.payload  # the user's text untouched by the script
-    assert kwargs_one == kwargs_two == {}
-    for field in ("task", "lang", "retries", "timelimit", "kwargsrepr"):
-        assert one["headers"][field] == two["headers"][field], field
     assert one["headers"]["task"] == EXTRACT_TASK and one["headers"]["id"] == first
-    assert one["properties"]["delivery_info"] == two["properties"]["delivery_info"]
+    assert one["headers"]["argsrepr"] == f"[<session.ended {first} seq=1>]"
+    assert one["properties"]["delivery_tag"] != two["properties"]["delivery_tag"]
     assert client.get(f"tulip:published:{first}") is not None
 
 
@@ -83,7 +105,7 @@ def test_another_layout_or_a_signing_key_takes_the_general_path(
     producer.session_ended(("acme", "users", "elsewhere"), "t", SAID)
     client.set(layout_key(EXTRACT_QUEUE_PREFIX), ShardLayout(SHARDS).encode())
     producer.session_ended(NS, "t", SAID)
-    assert "body_encoding" not in stored(client)[0]["properties"]  # its own count again
+    assert stored(client)[0]["properties"]["body_encoding"] is None  # its own count again
     signed = make_producer(broker_url, signing_key="k" * 32)
     signed.session_ended(NS, "t", SAID)
     message, (args, _, _) = stored(client)
@@ -105,7 +127,43 @@ def test_a_publish_serializes_the_event_once(
     producer.publish_session(env)
     assert metadata.serialized == 1
     message, (args, _, _) = stored(client)
-    assert "body_encoding" not in message["properties"]  # the direct path took it
+    assert message["properties"]["body_encoding"] is None  # the direct path took it
     published = decode(args[0])
     assert (published.id, published.seq) == (env.id, 1)
     assert published.payload == {**payload, "metadata": {"source": "import"}}
+
+
+def gzip(app: Celery) -> Iterator[None]:
+    app.conf.task_compression = "gzip"
+    yield
+
+
+def a_header_per_publish(app: Celery) -> Iterator[None]:
+    """A publish hook adding a header of its own to every message (a tracer's, say)."""
+
+    def add(headers: dict[str, Any], **_: Any) -> None:
+        headers["trace"] = uuid.uuid4().hex
+
+    before_task_publish.connect(add, weak=False)
+    try:
+        yield
+    finally:
+        before_task_publish.disconnect(add)
+
+
+@pytest.mark.parametrize("spoil", [gzip, a_header_per_publish])
+def test_a_message_the_template_cannot_follow_leaves_it_to_send_task(
+    broker_url: str, caplog: pytest.LogCaptureFixture, spoil: Callable[[Celery], Iterator[None]]
+) -> None:
+    settings = ProducerSettings(broker_url=broker_url)
+    client = redis.Redis.from_url(broker_url)
+
+    def queue(name: str) -> Any:
+        return kombu_queue(name, ordered=True, amqp=False)
+
+    assert DirectPublisher.create(client, 60.0, celery_app(settings), queue) is not None
+    app = celery_app(settings)
+    with caplog.at_level(logging.WARNING, "tulip_producer.direct"):
+        for _ in spoil(app):
+            assert DirectPublisher.create(client, 60.0, app, queue) is None
+    assert "cannot be templated" in caplog.text
