@@ -65,7 +65,7 @@ from tulip_wire.events import (
 from tulip_wire.pending import PendingStates, entry_text
 from tulip_wire.published import PublishedEvents
 from tulip_wire.routing import ShardRouter, stable_hash
-from tulip_wire.shardlayout import Resharding, ShardLayout, layout_key
+from tulip_wire.shardlayout import MalformedLayout, Resharding, ShardLayout, layout_key
 from tulip_wire.signing import SIG_ROOM, signer_of
 from tulip_wire.statedelta import NotJSON, advance, canonical
 from tulip_wire.topology import (
@@ -258,7 +258,7 @@ class _Publisher:
         """The router of ``kind`` by the shard layout record in Redis (see
         :mod:`tulip_wire.shardlayout`), else by this producer's setting."""
         mine = self._routers[kind]
-        layout = ShardLayout.parse(record)
+        layout = ShardLayout.parse(record, key=layout_key(mine.prefix))
         if layout is None:
             return mine
         shards = layout.route(mine.prefix)
@@ -386,6 +386,25 @@ class _KeyLocks:
         return self._locks[stable_hash(key) % len(self._locks)]
 
 
+class _Once:
+    """Which names were told about already: :meth:`first` is True once per name until
+    :meth:`forget` (so a problem is logged once, not once per publish)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._told: set[str] = set()
+
+    def first(self, name: str) -> bool:
+        with self._lock:
+            new = name not in self._told
+            self._told.add(name)
+            return new
+
+    def forget(self) -> None:
+        with self._lock:
+            self._told.clear()
+
+
 class _Gate:
     """Counts calls in progress, so closing can wait for them before releasing anything."""
 
@@ -488,6 +507,7 @@ class Producer:
         self._gate = _Gate()
         self._close_lock = threading.Lock()
         self._degraded = False
+        self._malformed = _Once()  # layout records told about, until delivery works again
         self._left_spooled: int | None = None
         self._name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self._flusher = _Flusher(self._drain, self._report_spool)
@@ -693,6 +713,7 @@ class Producer:
                     delivered += 1
         if delivered:
             self._degraded = False
+            self._malformed.forget()
             log.info("delivered %d spooled events; the spool is empty", delivered)
         return True
 
@@ -717,6 +738,17 @@ class Producer:
         # envelope (the user's messages) or a connection string.
         if isinstance(error, Resharding):
             log.debug("event %s waits in the spool: %s", env.id, error)
+            return
+        if isinstance(error, MalformedLayout):
+            if self._malformed.first(error.key or ""):
+                log.error(
+                    "%s: events of its role wait in the spool until it is repaired; run "
+                    "`tulip-memory reshard --repair` (it rewrites the record from the "
+                    "configured shard count once no queue of the role holds a message)",
+                    error,
+                )
+            else:
+                log.debug("event %s waits in the spool: %s", env.id, error)
             return
         if not self._degraded:
             self._degraded = True

@@ -8,6 +8,10 @@ their spool meanwhile (the request path does not wait; the spool delivers them a
 the switch, in order). No key: route by the producer's own setting
 (``TULIP_EXTRACT_SHARDS`` / ``TULIP_CHECKPOINT_SHARDS``).
 
+A record that says neither (:class:`MalformedLayout`: anyone who can write to Redis
+can write one) holds the role's events in the producers' spools too, since publishing by
+a guess could break a key's order, until ``tulip-memory reshard --repair`` rewrites it.
+
 A key changes shard only across a drain, so every event of one key that is still
 queued or running sits on one queue, and a key's events stay in order: the old
 layout's events are all applied before the first one of the new layout is published.
@@ -30,6 +34,15 @@ class Resharding(Exception):
         super().__init__(f"{prefix}: resharding from {old} to {new} shards, draining")
 
 
+class MalformedLayout(ValueError):
+    """A layout record that is neither a count nor a drain; ``key`` names it when known."""
+
+    def __init__(self, record: str, key: str | None = None) -> None:
+        self.record, self.key = record, key
+        where = f" at {key}" if key else ""
+        super().__init__(f"malformed shard layout record{where}: {record[:40]!r}")
+
+
 def layout_key(prefix: str) -> str:
     return SHARDS_KEY_PREFIX + prefix
 
@@ -48,12 +61,12 @@ class ShardLayout:
         return f"drain {self.draining_from} {self.shards}"
 
     @classmethod
-    def parse(cls, value: bytes | str | None) -> ShardLayout | None:
-        """The record; ``None`` for no record. A malformed record raises ValueError
-        (publishing by a guess could break a key's order)."""
+    def parse(cls, value: bytes | str | None, *, key: str | None = None) -> ShardLayout | None:
+        """The record (read from ``key``); ``None`` for no record. A malformed record
+        raises :class:`MalformedLayout` (publishing by a guess could break a key's order)."""
         if value is None:
             return None
-        text = value.decode() if isinstance(value, bytes) else value
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
         words = text.split()
         try:
             if len(words) == 1:
@@ -62,7 +75,7 @@ class ShardLayout:
                 return cls(_count(words[2]), _count(words[1]))
         except ValueError:
             pass
-        raise ValueError(f"malformed shard layout record {text[:40]!r}")
+        raise MalformedLayout(text, key)
 
     def route(self, prefix: str) -> int:
         """The shard count to publish by now; :class:`Resharding` while draining."""
