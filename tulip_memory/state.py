@@ -42,11 +42,14 @@ class AgentState:
         """A copy of this state holding ``messages`` instead."""
         return dataclasses.replace(self, messages=tuple(messages))
 
-    def to_checkpoint(self) -> dict[str, Any]:
-        """Plain JSON data for a checkpointer."""
+    def to_checkpoint(self, *, encoded: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+        """Plain JSON data for a checkpointer. ``encoded``: the dicts of this state's
+        first messages, made already (a checkpointer's of the messages it saved
+        before, :mod:`tulip_memory.delta.known`); the rest are made here."""
+        done = len(encoded)
         return {
             "version": CHECKPOINT_VERSION,
-            "messages": [m.to_dict() for m in self.messages],
+            "messages": [*encoded, *(m.to_dict() for m in self.messages[done:])],
             "tool_executions": self.tool_executions,
             "iterations": self.iterations,
             "metadata": self.metadata,

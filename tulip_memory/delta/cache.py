@@ -5,7 +5,10 @@ A bounded LRU, in memory, per :class:`~tulip_memory.delta.DeltaCheckpointer`: at
 a few times that in Python objects; a state larger than ``max_bytes`` is not kept).
 An entry is used only when the head read by the save names the same latest
 checkpoint (seq and id) with the same digest, so a save by another process, a
-delete or a copy in between only costs the next save a decode of the head.
+delete or a copy in between only costs the next save a decode of the head. An entry
+also holds the messages its state was saved from (the caller's objects, kept alive
+while cached: their size is about the state's), so the next save encodes only the
+messages after them (:mod:`~tulip_memory.delta.known`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from tulip_memory.delta.known import Known
 from tulip_memory.delta.manifest import Manifest
 from tulip_memory.delta.segments import Latest
 
@@ -32,6 +36,8 @@ class Cached:
     state: Latest
     manifest: Manifest | None = None
     tag: str | None = None
+    #: The messages that state was saved from (:mod:`~tulip_memory.delta.known`).
+    known: Known | None = None
 
 
 class LatestCache:
@@ -72,13 +78,18 @@ class LatestCache:
 
     def get(self, thread_id: str, latest: tuple[int, str] | None, digest: str) -> Latest | None:
         """The state cached for ``thread_id`` if it is that checkpoint, else None."""
+        entry = self.entry(thread_id, latest, digest)
+        return None if entry is None else entry.state
+
+    def entry(self, thread_id: str, latest: tuple[int, str] | None, digest: str) -> Cached | None:
+        """The entry of ``thread_id`` if it holds that checkpoint, else None."""
         key = self._scope + thread_id
         with self._shared.lock:
             entry = self._shared.entries.get(key)
             if entry is None or entry.latest != latest or entry.state.digest != digest:
                 return None
             self._shared.entries.move_to_end(key)
-            return entry.state
+            return entry
 
     def written(self, thread_id: str) -> Cached | None:
         """The entry of ``thread_id`` when it holds the head this process wrote (tagged)."""
@@ -97,13 +108,15 @@ class LatestCache:
         state: Latest,
         manifest: Manifest | None = None,
         tag: str | None = None,
+        known: Known | None = None,
     ) -> None:
         shared = self._shared
         with shared.lock:
             shared.pop(self._scope + thread_id)
             if state.size > shared.max_bytes or shared.max_threads == 0:
                 return
-            shared.entries[self._scope + thread_id] = Cached(latest, state, manifest, tag)
+            entry = Cached(latest, state, manifest, tag, known)
+            shared.entries[self._scope + thread_id] = entry
             shared.bytes += state.size
             while len(shared.entries) > shared.max_threads or shared.bytes > shared.max_bytes:
                 _, old = shared.entries.popitem(last=False)

@@ -119,15 +119,14 @@ class DeltaCheckpointer:
         checkpoint_id = checkpoint_id or uuid4().hex
         _check_checkpoint_id(checkpoint_id)
         check_thread_id(thread_id)
-        data = state.to_checkpoint()
         records = self._records()
-        encoded = encode_state(data) if records is not None else None
+        encoded = encode_state(state.to_checkpoint()) if records is not None else None
         now = datetime.now(UTC)
         async with self._writing(thread_id):
             if records is not None and encoded is not None:
                 await records.save(encoded, thread_id, checkpoint_id, now)
             else:
-                await self._log(thread_id).append(data, checkpoint_id, to_micros(now))
+                await self._log(thread_id).append(state, checkpoint_id, to_micros(now))
         return checkpoint_id
 
     async def load(

@@ -19,6 +19,7 @@ from tulip_memory.delta.codec import compress, dumps
 from tulip_memory.delta.diff import apply, diff
 from tulip_memory.delta.errors import CorruptCheckpointError, DeltaStorageError, HeadChanged
 from tulip_memory.delta.keys import ThreadKeys
+from tulip_memory.delta.known import MESSAGES, Known, checkpoint_data, extend
 from tulip_memory.delta.layout import (
     Payload,
     Policy,
@@ -51,6 +52,7 @@ from tulip_memory.delta.manifest import (
 from tulip_memory.delta.models import CheckpointMetadata, DeltaCheckpoint
 from tulip_memory.delta.segments import Latest, encode
 from tulip_memory.delta.segments import decode as decode_latest
+from tulip_memory.state import AgentState
 
 if TYPE_CHECKING:
     from tulip_memory.delta.storage import DeltaStorage
@@ -219,8 +221,11 @@ class ThreadLog:
 
     # -- saving ------------------------------------------------------------------------
 
-    async def _head_for_write(self) -> tuple[Head | None, Latest | dict[str, Any] | None]:
-        """The head and the latest state a save builds on; unreadable parts are skipped.
+    async def _head_for_write(
+        self,
+    ) -> tuple[Head | None, Latest | dict[str, Any] | None, Known | None]:
+        """The head, the latest state a save builds on and the messages it was saved
+        from when known; unreadable parts are skipped.
 
         The state is the cached one when the head still names it, else decoded from
         the head (a plain dict from a head written before segments). A corrupt head
@@ -231,65 +236,77 @@ class ThreadLog:
             head = await self.head()
         except CorruptCheckpointError as e:
             log.warning("thread %r: %s; starting a fresh history", self.thread_id, e)
-            return None, None
+            return None, None, None
         if head is None:
-            return None, None
+            return None, None, None
         m = head.manifest
-        cached = self.cache.get(self.thread_id, m.latest, m.head_digest) if self.cache else None
+        cached = self.cache.entry(self.thread_id, m.latest, m.head_digest) if self.cache else None
         if cached is not None:
-            return head, cached
+            return head, cached.state, cached.known
         try:
             if not head.state.segmented:
-                return head, decode_state(self.keys.head, head.state)
+                return head, decode_state(self.keys.head, head.state), None
             latest = decode_latest(self.keys.head, head.state.sections)
         except CorruptCheckpointError as e:
             log.warning("thread %r: %s; saving a snapshot", self.thread_id, e)
-            return head, None
+            return head, None, None
         if latest.digest != m.head_digest:
             log.warning("thread %r: head state does not match its digest", self.thread_id)
-            return head, None
-        return head, latest
+            return head, None, None
+        return head, latest, None
 
-    async def append(self, data: dict[str, Any], checkpoint_id: str, created_us: int) -> None:
-        """Save ``data`` as checkpoint ``checkpoint_id``, the thread's newest.
+    async def append(
+        self, state: AgentState | dict[str, Any], checkpoint_id: str, created_us: int
+    ) -> None:
+        """Save ``state`` (an agent state or its checkpoint data) as checkpoint
+        ``checkpoint_id``, the thread's newest.
 
         Raises :class:`~tulip_memory.delta.errors.StateNotSerializableError` before
-        writing anything when JSON cannot carry ``data`` exactly.
+        writing anything when JSON cannot carry the state exactly.
 
         Onto the head this process wrote last (cached with its version tag, on a
         storage that tags heads) the save reads nothing: it writes the new head only
         if the stored one still has that tag, and otherwise (another writer, a delete)
-        takes the path below, which reads the head first.
+        takes the path below, which reads the head first. An agent state whose first
+        messages are the ones the cached state was saved from encodes only the rest
+        (:mod:`~tulip_memory.delta.known`).
         """
         written = self.cache.written(self.thread_id) if self.cache is not None else None
         if written is not None and await self._append_onto(
-            written, data, checkpoint_id, created_us
+            written, state, checkpoint_id, created_us
         ):
             return
-        head, base = await self._head_for_write()
+        head, base, known = await self._head_for_write()
         level = self.policy.compression_level
-        new = encode(data, base if isinstance(base, Latest) else None, level)
+        data, counts = _state_data(state, known if isinstance(base, Latest) else None)
+        new = encode(data, base if isinstance(base, Latest) else None, level, counts)
         seq = head.manifest.seq_of(checkpoint_id) if head else None
         if head is not None and seq is not None:
             is_latest = head.manifest.latest == (seq, checkpoint_id)
             if is_latest and head.manifest.head_digest == new.latest.digest:
                 return  # the same save again (a retry): nothing to do
             await self.delete_checkpoint(checkpoint_id)  # a new state under an old id
-            head, base = await self._head_for_write()
-            new = encode(data, base if isinstance(base, Latest) else None, level)
+            head, base, known = await self._head_for_write()
+            data, counts = _state_data(state, known if isinstance(base, Latest) else None)
+            new = encode(data, base if isinstance(base, Latest) else None, level, counts)
         manifest = head.manifest if head else None
         previous = base.data if isinstance(base, Latest) else base
         payload = choose_payload(manifest, previous, new.latest, self.policy, created_us, new.patch)
         step = await self._append_step(manifest, new.latest, checkpoint_id, created_us, payload)
         latest = step.manifest.latest
         new_epoch = latest is not None and step.manifest.epochs[-1].start == latest[0]
-        state = HeadState(tuple(new.latest.sections(level)))
-        tag = await self._commit(step, state, manifest, write_name=new_epoch)
+        sections = HeadState(tuple(new.latest.sections(level)))
+        tag = await self._commit(step, sections, manifest, write_name=new_epoch)
         if self.cache is not None and latest is not None:
-            self.cache.put(self.thread_id, latest, new.latest, step.manifest, tag)
+            after = _known_after(state, known, counts, new.latest)
+            self.cache.put(self.thread_id, latest, new.latest, step.manifest, tag, after)
 
     async def _append_onto(
-        self, written: Cached, data: dict[str, Any], checkpoint_id: str, created_us: int
+        self,
+        written: Cached,
+        state: AgentState | dict[str, Any],
+        checkpoint_id: str,
+        created_us: int,
     ) -> bool:
         """:meth:`append` onto the cached head, written only if it is still the stored
         one; False (nothing committed) when it is not, or for an id already saved."""
@@ -298,23 +315,25 @@ class ThreadLog:
         if manifest.seq_of(checkpoint_id) is not None:
             return False  # a retry or a replacement: the reading path handles those
         level = self.policy.compression_level
-        new = encode(data, base, level)
+        data, counts = _state_data(state, written.known)
+        new = encode(data, base, level, counts)
         payload = choose_payload(
             manifest, base.data, new.latest, self.policy, created_us, new.patch
         )
         step = await self._append_step(manifest, new.latest, checkpoint_id, created_us, payload)
         latest = step.manifest.latest
         new_epoch = latest is not None and step.manifest.epochs[-1].start == latest[0]
-        state = HeadState(tuple(new.latest.sections(level)))
+        sections = HeadState(tuple(new.latest.sections(level)))
         try:
             tag = await self._commit(
-                step, state, manifest, write_name=new_epoch, if_match=written.tag
+                step, sections, manifest, write_name=new_epoch, if_match=written.tag
             )
         except HeadChanged:
             self.cache.drop(self.thread_id)
             return False
         if latest is not None:
-            self.cache.put(self.thread_id, latest, new.latest, step.manifest, tag)
+            after = _known_after(state, written.known, counts, new.latest)
+            self.cache.put(self.thread_id, latest, new.latest, step.manifest, tag, after)
         return True
 
     async def _append_step(
@@ -521,3 +540,27 @@ class ThreadLog:
             await self.storage.write_objects({dest.keys.head: data})
             return True
         raise CorruptCheckpointError(self.keys.head, "history keeps changing under a copy")
+
+
+def _state_data(
+    state: AgentState | dict[str, Any], known: Known | None
+) -> tuple[dict[str, Any], dict[str, int] | None]:
+    """The checkpoint data of ``state`` and how many of its messages are ``known``'s
+    (for :func:`~tulip_memory.delta.segments.encode`)."""
+    if not isinstance(state, AgentState):
+        return state, None
+    data, count = checkpoint_data(state, known)
+    return data, ({MESSAGES: count} if count else None)
+
+
+def _known_after(
+    state: AgentState | dict[str, Any],
+    known: Known | None,
+    counts: dict[str, int] | None,
+    latest: Latest,
+) -> Known | None:
+    """What is known of the messages of ``state`` once saved as ``latest``."""
+    field = latest.lists.get(MESSAGES)
+    if not isinstance(state, AgentState) or field is None:
+        return None
+    return extend(known, (counts or {}).get(MESSAGES, 0), state.messages, field.items)

@@ -28,8 +28,9 @@ diffs and verifies as before.
 from __future__ import annotations
 
 import json
+import operator
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -112,10 +113,15 @@ class Encoded:
     patch: Patch | None
 
 
-def encode(data: dict[str, Any], base: Latest | None, level: int) -> Encoded:
+def encode(
+    data: dict[str, Any], base: Latest | None, level: int, known: Mapping[str, int] | None = None
+) -> Encoded:
     """``data`` as a :class:`Latest`, appending to ``base`` where its lists only grew.
 
-    Raises :class:`StateNotSerializableError` for what JSON cannot carry exactly.
+    ``known``: lists whose first items (that many, all of ``base``'s) the caller knows
+    to be ``base``'s own (:mod:`~tulip_memory.delta.known`): only the items after
+    them are encoded and checked. Raises :class:`StateNotSerializableError` for what
+    JSON cannot carry exactly.
     """
     if not isinstance(data, dict):
         raise StateNotSerializableError("state", f"{type(data).__name__} is not a JSON object")
@@ -130,16 +136,20 @@ def encode(data: dict[str, Any], base: Latest | None, level: int) -> Encoded:
     lists: dict[str, ListField] = {}
     pieces: dict[str, Patch] = {}
     for key in list_keys:
-        new_raw = _encode(data[key], f"state.{key}")
         old = base.lists[key] if base is not None and grown else None
-        appended = _append(old, data[key], new_raw, key, level) if old is not None else None
-        if appended is None:
-            grown = False
-            lists[key] = _fresh(data[key], new_raw, key, level)
+        appended: tuple[ListField, Patch | None] | None
+        if old is not None and known and _starts_with(data[key], old.items, known.get(key, 0)):
+            appended = _extend(old, data[key], key, level)
         else:
-            lists[key], piece = appended
-            if piece is not None:
-                pieces[key] = piece
+            new_raw = _encode(data[key], f"state.{key}")
+            appended = _append(old, data[key], new_raw, key, level) if old is not None else None
+            if appended is None:
+                grown = False
+                lists[key] = _fresh(data[key], new_raw, key, level)
+                continue
+        lists[key], piece = appended
+        if piece is not None:
+            pieces[key] = piece
     latest = Latest(values, fields, lists, "", 0)
     raw = latest.raw
     latest = Latest(values, fields, lists, digest(raw), len(raw))
@@ -191,6 +201,35 @@ def _append(
     tail = loads(b"[" + tail_raw + b"]")
     if tail != items[k:]:
         _refuse({key: items})
+    return _grown(old, tail, tail_raw, new_raw, level)
+
+
+def _starts_with(items: list[Any], old: list[Any], count: int) -> bool:
+    """Whether the first ``count`` of ``items`` are every one of ``old``'s own objects."""
+    return 0 < count == len(old) <= len(items) and all(map(operator.is_, items, old))
+
+
+def _extend(
+    old: ListField, items: list[Any], key: str, level: int
+) -> tuple[ListField, Patch | None]:
+    """``old`` grown to ``items``, whose first ``len(old.items)`` are old's own: only
+    the items after them are encoded and parsed back."""
+    k = len(old.items)
+    if len(items) == k:
+        return old, None
+    tail_raw = _encode(items[k:], f"state.{key}")[1:-1]
+    tail = loads(b"[" + tail_raw + b"]")
+    if tail != items[k:]:
+        _refuse({key: items})
+    return _grown(old, tail, tail_raw, old.raw[:-1] + b"," + tail_raw + b"]", level)
+
+
+def _grown(
+    old: ListField, tail: list[Any], tail_raw: bytes, new_raw: bytes, level: int
+) -> tuple[ListField, Patch]:
+    """``old`` with ``tail`` (its canonical bytes ``tail_raw``) appended; ``new_raw``
+    the grown list's bytes."""
+    k = len(old.items)
     segments = list(old.segments)
     last = segments[-1]
     if not last.sealed:
