@@ -124,9 +124,13 @@ async def build(fx: Fixture) -> None:
                 START,
             )
         await admin.execute("SET maintenance_work_mem = '256MB'")
+        # Graphs half as wide and deep as pgvector's defaults (m 16, ef_construction 64):
+        # a quarter of the build time, and the index path still has to reach the exact
+        # path's top 10 through them.
         for table, index in ((t, f"{fx.table}_hnsw"), (f"{t}_turns", f"{fx.table}_turns_hnsw")):
             await admin.execute(
-                f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops)"
+                f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops) "
+                "WITH (m = 8, ef_construction = 32)"
             )
             await admin.execute(f"ANALYZE {table}")
     finally:
