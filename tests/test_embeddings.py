@@ -127,6 +127,35 @@ async def test_litellm_vectors_equal_the_servers(fake_openai: FakeOpenAI) -> Non
     assert "dimensions" not in request.json
 
 
+async def test_litellm_asks_openai_compatible_servers_for_base64(fake_openai: FakeOpenAI) -> None:
+    texts = ["hello world", "green tea"]
+
+    vectors = await embedder(fake_openai).aembed(texts)
+
+    (request,) = fake_openai.requests
+    assert request.json["encoding_format"] == "base64"
+    np.testing.assert_allclose(vectors, fake_openai.embedding_vectors(texts), rtol=1e-6)
+
+
+async def test_litellm_reads_floats_from_a_server_ignoring_base64(fake_openai: FakeOpenAI) -> None:
+    texts = ["hello world", "green tea"]
+    fake_openai.script_embeddings(Reply(body=fake_openai.embedding_body(texts)))
+
+    vectors = await embedder(fake_openai).aembed(texts)
+
+    assert fake_openai.requests[0].json["encoding_format"] == "base64"
+    np.testing.assert_allclose(vectors, fake_openai.embedding_vectors(texts), rtol=1e-6)
+
+
+async def test_litellm_encoding_format_of_extra_wins(fake_openai: FakeOpenAI) -> None:
+    texts = ["hello world"]
+
+    vectors = await embedder(fake_openai, extra={"encoding_format": "float"}).aembed(texts)
+
+    assert fake_openai.requests[0].json["encoding_format"] == "float"
+    np.testing.assert_allclose(vectors, fake_openai.embedding_vectors(texts), rtol=1e-6)
+
+
 async def test_litellm_splits_into_max_batch_requests_in_order(fake_openai: FakeOpenAI) -> None:
     texts = [f"memory number {i}" for i in range(5000)]
 

@@ -16,6 +16,7 @@ import asyncio
 import email.utils
 import math
 import os
+import warnings
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from types import ModuleType
@@ -47,6 +48,14 @@ def import_litellm() -> ModuleType:
         import litellm
 
         litellm.suppress_debug_info = True
+        # litellm dumps every base64 embedding response through a pydantic model that
+        # declares the vectors lists of floats, and pydantic warns on each: not ours.
+        warnings.filterwarnings(
+            "ignore",
+            message=r"Pydantic serializer warnings:\s+PydanticSerializationUnexpectedValue"
+            r"\(Expected `list\[float\]`",
+            category=UserWarning,
+        )
         _module = litellm
     return _module
 
