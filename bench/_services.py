@@ -10,6 +10,7 @@ would leave the process behind.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import shutil
 import signal
@@ -19,9 +20,10 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis, run_async
 from tulip_ops.dev.supervisor import WorkerSpec
@@ -227,3 +229,52 @@ class WorkerPool:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _serve_model_stub(
+    embedding_dim: int, embedding_delay: float, out: Connection, stop: Any
+) -> None:
+    """The stub's process: serve until ``stop`` is set; the URL goes out first."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench stops us, in order
+    from tests.support.openai_server import FakeOpenAI
+
+    with FakeOpenAI(embedding_dim=embedding_dim, embedding_delay=embedding_delay) as fake:
+        out.send(fake.url)
+        out.close()
+        stop.wait()
+
+
+def model_stub_process(
+    stack: contextlib.ExitStack, *, embedding_dim: int, embedding_delay: float
+) -> str:
+    """An OpenAI-compatible embedding server (``FakeOpenAI``) answering every request
+    after ``embedding_delay`` seconds, in a process of its own, as a model server is
+    another machine's CPU and not the benchmark's interpreter; its ``api_base``.
+    ``stack`` stops it."""
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(
+        target=_serve_model_stub,
+        args=(embedding_dim, embedding_delay, send, stop),
+        name="bench-model-stub",
+        daemon=True,
+    )
+
+    def halt() -> None:
+        stop.set()
+        proc.join(STOP_TIMEOUT)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+    with deferred_interrupts():
+        proc.start()
+        stack.callback(halt)
+    send.close()
+    try:
+        if recv.poll(60.0):
+            return str(recv.recv())
+    except EOFError:
+        pass
+    raise BenchError(f"the model stub did not start (exit code {proc.exitcode})")

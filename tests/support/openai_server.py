@@ -88,8 +88,13 @@ class _NotFound(Exception):
 class FakeOpenAI:
     """``/v1/embeddings`` and ``/v1/chat/completions`` on 127.0.0.1, on an ephemeral port."""
 
-    def __init__(self, *, embedding_dim: int = 64) -> None:
+    def __init__(self, *, embedding_dim: int = 64, embedding_delay: float = 0.0) -> None:
+        """``embedding_delay``: seconds before each unscripted ``/v1/embeddings``
+        answer, whatever its size (a model server of fixed cost a request)."""
+        if embedding_delay < 0:
+            raise ValueError(f"embedding_delay must be >= 0, got {embedding_delay}")
         self.embedding_dim = embedding_dim
+        self.embedding_delay = embedding_delay
         self.default_chat: Callable[[JSON], Reply] = echo_default_chat
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -251,7 +256,7 @@ class FakeOpenAI:
         if request.get("stream"):
             raise _BadRequest("stream=true is not supported by FakeOpenAI")
         if path == "/v1/embeddings":
-            reply = self._next_reply(self._embedding_script) or Reply()
+            reply = self._next_reply(self._embedding_script) or Reply(delay=self.embedding_delay)
             return reply, self._body(reply, lambda: self._embeddings(request))
         if path == "/v1/chat/completions":
             reply = self._next_reply(self._chat_script) or self.default_chat(request)
