@@ -5,7 +5,9 @@ A bounded LRU in memory, per :class:`~tulip_producer.Producer`: at most
 MiB; the parsed values take a few times that in Python objects). A state larger than
 ``max_bytes`` is not kept: that thread's saves go whole. An entry missing (first save,
 a restarted process, an evicted thread) only means the next save sends the full
-state, which every reader and worker can use without a base.
+state, which every reader and worker can use without a base. An entry also holds the
+messages its state was made from (the caller's objects, kept alive while cached), so
+the next save of an agent state encodes only the messages after them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from tulip_memory.delta.known import Known
 from tulip_wire.statedelta import Snapshot, footprint
 
 MAX_THREADS = 256
@@ -22,10 +25,12 @@ MAX_BYTES = 32 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Published:
-    """A thread's last published checkpoint: its id and state."""
+    """A thread's last published checkpoint: its id and state, and the messages it
+    was made from when it was an agent state (:mod:`tulip_memory.delta.known`)."""
 
     checkpoint_id: str
     snapshot: Snapshot
+    known: Known | None = None
 
 
 class PublishedBases:
@@ -54,13 +59,15 @@ class PublishedBases:
                 self._entries.move_to_end(key)
             return entry
 
-    def put(self, key: str, checkpoint_id: str, snapshot: Snapshot) -> None:
+    def put(
+        self, key: str, checkpoint_id: str, snapshot: Snapshot, known: Known | None = None
+    ) -> None:
         with self._lock:
             self._pop(key)
             size = footprint(snapshot)
             if size > self.max_bytes or self.max_threads == 0:
                 return
-            self._entries[key] = Published(checkpoint_id, snapshot)
+            self._entries[key] = Published(checkpoint_id, snapshot, known)
             self._bytes += size
             while len(self._entries) > self.max_threads or self._bytes > self.max_bytes:
                 _, old = self._entries.popitem(last=False)

@@ -38,6 +38,7 @@ from kombu.exceptions import ChannelError
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from tulip_memory.delta.known import MESSAGES, Known, checkpoint_data, known_after
 from tulip_memory.errors import TulipMemoryError
 from tulip_memory.messages import Message
 from tulip_memory.state import AgentState
@@ -582,12 +583,13 @@ class Producer:
         before anything happens.
         """
         checkpoint_id = uuid.uuid4().hex
-        data = _checkpoint_data(state, checkpoint_id)
         key = thread_key(tenant, thread_id)  # refuses a bad tenant first
         with self._gate.entered(), self._key_locks(key):
             known = self.bases.get(key)
+            messages = known.known if known is not None else None
+            data, count = _checkpoint_data(state, checkpoint_id, messages)
             try:
-                step = advance(known.snapshot if known is not None else None, data)
+                step = advance(known.snapshot if known is not None else None, data, count)
             except NotJSON as e:
                 raise EventError(str(e), checkpoint_id) from e
             now = time.time()
@@ -614,7 +616,12 @@ class Producer:
                 self._spool_text(text)
             elif not self._try_publish(env, pending):
                 self._spool_text(text)
-            self.bases.put(key, checkpoint_id, step.snapshot)
+            self.bases.put(
+                key,
+                checkpoint_id,
+                step.snapshot,
+                known_after(state, messages, count, step.snapshot.values.get(MESSAGES)),
+            )
         return checkpoint_id
 
     def _spool_text(self, text: str) -> None:
@@ -825,13 +832,17 @@ class AsyncProducer:
         await self.close()
 
 
-def _checkpoint_data(state: AgentState | Mapping[str, Any], event_id: str) -> dict[str, Any]:
-    """The state as the checkpoint store keeps it: ``AgentState.to_checkpoint()``; a
-    mapping is read as an agent state first (so a delta's base is the stored form)."""
+def _checkpoint_data(
+    state: AgentState | Mapping[str, Any], event_id: str, known: Known | None
+) -> tuple[dict[str, Any], dict[str, int] | None]:
+    """The state as the checkpoint store keeps it: ``AgentState.to_checkpoint()``,
+    the published items standing for the messages ``known`` from the last save (and
+    how many, for :func:`~tulip_wire.statedelta.advance`); a mapping is read as an
+    agent state first (so a delta's base is the stored form)."""
     if isinstance(state, AgentState):
-        return state.to_checkpoint()
+        return checkpoint_data(state, known)
     try:
-        return AgentState.from_checkpoint(dict(state)).to_checkpoint()
+        return AgentState.from_checkpoint(dict(state)).to_checkpoint(), None
     except (TypeError, ValueError, KeyError, AttributeError) as e:
         raise EventError(f"payload.state is not an agent state: {e}", event_id) from e
 

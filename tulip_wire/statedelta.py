@@ -21,20 +21,28 @@ encodes each field once and then:
 - yields the patch (:mod:`tulip_memory.delta.diff` format): a tail per grown list, a
   diff of the other fields.
 
+When the caller knows a list's first items are the base's own objects (the messages
+the last save was made from, :mod:`tulip_memory.delta.known`), only the items after
+them are encoded and parsed back: the save costs what it appended.
+
 Anything else (an edit, a removal, no base) encodes and parses back the whole state,
 and the patch, when there is a base, is :func:`~tulip_memory.delta.diff.diff` of the
-two. :func:`apply_delta` is the other end: the patch applied onto its base, checked
+two, checked by the digest of what it rebuilds (``diff`` compares with ``==``, which
+takes ``1`` for ``1.0``): a patch that would not rebuild the exact bytes is not sent,
+the state goes whole. :func:`apply_delta` is the other end: the patch applied onto its base, checked
 against the digest, every problem a :class:`DeltaError` naming the base.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tulip_memory.delta.codec import digest as state_digest
 from tulip_memory.delta.diff import Patch, apply, diff
+from tulip_memory.delta.known import starts_with
 from tulip_wire.jsonpath import non_json_value
 
 #: A snapshot's own bytes count this much per field besides its JSON (the cache's
@@ -120,11 +128,17 @@ def snapshot(data: dict[str, Any]) -> Snapshot:
     return _snapshot(values, raw)
 
 
-def advance(base: Snapshot | None, data: dict[str, Any]) -> Step:
+def advance(
+    base: Snapshot | None, data: dict[str, Any], known: Mapping[str, int] | None = None
+) -> Step:
     """``data`` as the snapshot after ``base``, with its patch from ``base`` when one
-    is smaller than the state (else ``patch`` is None: the state goes whole)."""
+    is smaller than the state (else ``patch`` is None: the state goes whole).
+
+    ``known``: lists whose first items (that many, all of ``base``'s) are ``base``'s
+    own objects (:mod:`tulip_memory.delta.known`): only the items after them are
+    encoded and checked."""
     if base is not None and isinstance(data, dict) and sorted(data) == sorted(base.values):
-        grown = _grown(base, data)
+        grown = _grown(base, data, known or {})
         if grown is not None:
             return grown
     new = snapshot(data)
@@ -132,10 +146,13 @@ def advance(base: Snapshot | None, data: dict[str, Any]) -> Step:
         return Step(new, None, 0)
     patch = diff(base.values, new.values) or ["{", {}, []]
     size = len(_encode(patch, "patch"))
-    return Step(new, patch if size < new.size else None, size)
+    # diff compares with ==, for which 1, 1.0 and True are alike: check the bytes.
+    if size >= new.size or digest_of(apply(base.values, patch)) != new.digest:
+        return Step(new, None, size)
+    return Step(new, patch, size)
 
 
-def _grown(base: Snapshot, data: dict[str, Any]) -> Step | None:
+def _grown(base: Snapshot, data: dict[str, Any], known: Mapping[str, int]) -> Step | None:
     """The step when every list only grew, the other fields patched; None otherwise."""
     raw: dict[str, bytes] = {}
     values: dict[str, Any] = {}
@@ -143,6 +160,19 @@ def _grown(base: Snapshot, data: dict[str, Any]) -> Step | None:
     size = 0
     for key, value in data.items():
         old_raw, old = base.raw[key], base.values[key]
+        if isinstance(value, list) and starts_with(value, old, known.get(key, 0)):
+            if len(value) == len(old):
+                raw[key], values[key] = old_raw, old
+                continue
+            tail_raw = _encode(value[len(old) :], f"state.{key}")[1:-1]
+            tail = _loads(b"[" + tail_raw + b"]")
+            if tail != value[len(old) :]:
+                raise _inexact()
+            raw[key] = old_raw[:-1] + b"," + tail_raw + b"]"
+            values[key] = [*old, *tail]
+            changed[key] = ["[", [[0, len(old)], {"+": tail}]]
+            size += len(tail_raw) + 32
+            continue
         new_raw = _encode(value, f"state.{key}")
         raw[key] = new_raw
         if new_raw == old_raw:
@@ -168,7 +198,11 @@ def _grown(base: Snapshot, data: dict[str, Any]) -> Step | None:
             if parsed != value:
                 raise _inexact()
             values[key] = parsed
-            changed[key] = diff(old, parsed) or ["=", parsed]
+            piece = diff(old, parsed)
+            # diff compares with ==, for which 1, 1.0 and True are alike: check the bytes.
+            if not piece or _encode(apply(old, piece), "patch") != new_raw:
+                piece = ["=", parsed]
+            changed[key] = piece
             size += len(new_raw) + 16
         else:
             return None  # a large field edited: the full path diffs it

@@ -95,7 +95,8 @@ def test_known_messages_are_all_of_them_unchanged_or_none() -> None:
     known = extend(None, 0, before.messages, items)
     assert known_count(known, after.messages) == len(before.messages)
     made, count = checkpoint_data(after, known)
-    assert count == len(before.messages) and dumps(made) == dumps(after.to_checkpoint())
+    assert count == {"messages": len(before.messages)}
+    assert dumps(made) == dumps(after.to_checkpoint())
     copies = [Message.from_dict(m.to_dict()) for m in after.messages]  # equal, not the same
     assert known_count(known, copies) == 0
     assert known_count(known, before.messages[:-1]) == 0  # a truncated thread

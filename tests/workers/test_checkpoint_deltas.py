@@ -245,3 +245,50 @@ async def test_the_base_cache_is_bounded_and_an_evicted_thread_goes_whole(
             assert await reader.load(t, tenant=TENANT) == states[1]
     kinds = ["delta" in (d.envelope.payload or {}) for t in threads for d in delivered(settings, t)]
     assert kinds == [False, False] * 3
+
+
+async def test_a_message_changed_in_place_after_its_save_goes_in_the_next_delta(
+    settings: ProducerSettings, reader: AsyncReader, worker: CheckpointWorker
+) -> None:
+    """The producer encodes only the messages after the ones it published last (the
+    same objects), yet a change inside one of those (its metadata dict, a number's
+    type) is seen, published and loaded exactly, pending and durable."""
+    thread = f"inplace-{uuid.uuid4().hex}"
+    first = Message(role=Role.USER, content="hi", metadata={"score": 1, "tag": "a"})
+    states = [AgentState(messages=(first,), iterations=1)]
+    states.append(
+        AgentState(messages=(first, Message(role=Role.ASSISTANT, content="yo")), iterations=2)
+    )
+    with Producer(settings) as producer:
+        ids = [producer.checkpoint_saved(thread, s, tenant=TENANT) for s in states]
+        known = producer.bases.get(f"{TENANT}\x1f{thread}")
+        assert known is not None and known.known is not None
+        assert known.known.messages == states[1].messages  # the next save appends to these
+        first.metadata["score"] = 1.0  # == 1, other bytes
+        states.append(
+            AgentState(
+                messages=(*states[1].messages, Message(role=Role.USER, content="x")), iterations=3
+            )
+        )
+        ids.append(producer.checkpoint_saved(thread, states[2], tenant=TENANT))
+        first.metadata["tag"] = "b"
+        states.append(AgentState(messages=states[2].messages, iterations=4))
+        ids.append(producer.checkpoint_saved(thread, states[3], tenant=TENANT))
+
+    def exact(state: AgentState | None) -> str:
+        assert state is not None
+        return json.dumps(state.to_checkpoint(), sort_keys=True)
+
+    assert exact(await reader.load(thread, tenant=TENANT)) == exact(states[3])
+    assert json.loads(exact(await reader.load(thread, ids[2], tenant=TENANT)))["messages"][0][
+        "metadata"
+    ] == {"score": 1.0, "tag": "a"}
+    for d in delivered(settings, thread):
+        assert await worker.handle(d.args[0], d.task_id) == APPLIED
+    threads = worker.threads(TENANT)
+    assert exact(await threads.load(thread, ids[2])) == json.dumps(
+        {**states[2].to_checkpoint(), "messages": [
+            {**states[2].to_checkpoint()["messages"][0], "metadata": {"score": 1.0, "tag": "a"}},
+            *states[2].to_checkpoint()["messages"][1:],
+        ]}, sort_keys=True)  # fmt: skip
+    assert exact(await threads.load(thread, ids[3])) == exact(states[3])

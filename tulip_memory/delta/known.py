@@ -66,14 +66,33 @@ def known_count(known: Known | None, messages: Sequence[Message]) -> int:
     return len(known.messages)
 
 
-def checkpoint_data(state: AgentState, known: Known | None) -> tuple[dict[str, Any], int]:
+def starts_with(items: Sequence[Any], old: Sequence[Any], count: int) -> bool:
+    """Whether ``count`` (> 0) is ``len(old)`` and the first ``count`` of ``items`` are
+    ``old``'s own objects: the check an encoder makes before trusting a count."""
+    return 0 < count == len(old) <= len(items) and all(map(operator.is_, items, old))
+
+
+def checkpoint_data(
+    state: AgentState, known: Known | None
+) -> tuple[dict[str, Any], dict[str, int] | None]:
     """``state.to_checkpoint()`` with the stored items standing for its known messages,
-    and how many those are (the encoders take the first that many items as the stored
-    ones, without encoding or comparing them)."""
+    and how many those are, by field (the encoders take the first that many items as
+    the stored ones, without encoding or comparing them), or None."""
     count = known_count(known, state.messages)
     if count == 0 or known is None:
-        return state.to_checkpoint(), 0
-    return state.to_checkpoint(encoded=known.items), count
+        return state.to_checkpoint(), None
+    return state.to_checkpoint(encoded=known.items), {MESSAGES: count}
+
+
+def known_after(
+    state: object, known: Known | None, counts: dict[str, int] | None, items: object
+) -> Known | None:
+    """What is known once ``state`` was saved with ``items`` as its stored messages
+    (``counts``: what :func:`checkpoint_data` said); None for a state that is not an
+    :class:`~tulip_memory.state.AgentState`, or without stored messages."""
+    if not isinstance(state, AgentState) or not isinstance(items, list):
+        return None
+    return extend(known, (counts or {}).get(MESSAGES, 0), state.messages, items)
 
 
 def extend(

@@ -19,7 +19,7 @@ from tulip_memory.delta.codec import compress, dumps
 from tulip_memory.delta.diff import apply, diff
 from tulip_memory.delta.errors import CorruptCheckpointError, DeltaStorageError, HeadChanged
 from tulip_memory.delta.keys import ThreadKeys
-from tulip_memory.delta.known import MESSAGES, Known, checkpoint_data, extend
+from tulip_memory.delta.known import MESSAGES, Known, checkpoint_data, known_after
 from tulip_memory.delta.layout import (
     Payload,
     Policy,
@@ -547,10 +547,7 @@ def _state_data(
 ) -> tuple[dict[str, Any], dict[str, int] | None]:
     """The checkpoint data of ``state`` and how many of its messages are ``known``'s
     (for :func:`~tulip_memory.delta.segments.encode`)."""
-    if not isinstance(state, AgentState):
-        return state, None
-    data, count = checkpoint_data(state, known)
-    return data, ({MESSAGES: count} if count else None)
+    return checkpoint_data(state, known) if isinstance(state, AgentState) else (state, None)
 
 
 def _known_after(
@@ -561,6 +558,4 @@ def _known_after(
 ) -> Known | None:
     """What is known of the messages of ``state`` once saved as ``latest``."""
     field = latest.lists.get(MESSAGES)
-    if not isinstance(state, AgentState) or field is None:
-        return None
-    return extend(known, (counts or {}).get(MESSAGES, 0), state.messages, field.items)
+    return known_after(state, known, counts, field.items if field is not None else None)

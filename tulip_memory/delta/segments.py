@@ -28,7 +28,6 @@ diffs and verifies as before.
 from __future__ import annotations
 
 import json
-import operator
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from typing import Any, NoReturn
 from tulip_memory.delta.codec import compress, digest, dumps, first_problem, loads
 from tulip_memory.delta.diff import Patch, apply, diff
 from tulip_memory.delta.errors import CorruptCheckpointError, StateNotSerializableError
+from tulip_memory.delta.known import starts_with
 
 #: An open segment is sealed once it holds this many bytes (or 1/128 of its list).
 SEGMENT_BYTES = 16 * 1024
@@ -138,7 +138,7 @@ def encode(
     for key in list_keys:
         old = base.lists[key] if base is not None and grown else None
         appended: tuple[ListField, Patch | None] | None
-        if old is not None and known and _starts_with(data[key], old.items, known.get(key, 0)):
+        if old is not None and known and starts_with(data[key], old.items, known.get(key, 0)):
             appended = _extend(old, data[key], key, level)
         else:
             new_raw = _encode(data[key], f"state.{key}")
@@ -202,11 +202,6 @@ def _append(
     if tail != items[k:]:
         _refuse({key: items})
     return _grown(old, tail, tail_raw, new_raw, level)
-
-
-def _starts_with(items: list[Any], old: list[Any], count: int) -> bool:
-    """Whether the first ``count`` of ``items`` are every one of ``old``'s own objects."""
-    return 0 < count == len(old) <= len(items) and all(map(operator.is_, items, old))
 
 
 def _extend(
