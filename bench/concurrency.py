@@ -13,10 +13,16 @@ Starts its own Postgres + pgvector and Redis (embedded, in a temp dir) unless gi
 2. the solo layout (``-P solo``, one worker per shard) with as many shards as fit in the
    threaded worker's RSS (at least one): its events/s at the same RAM;
 3. ``Producer.session_ended`` p50, a raw ``LPUSH`` of the same message bytes, and a
-   Celery ``apply_async`` of the same body to a queue on the same broker, interleaved.
+   Celery ``apply_async`` of the same body to a queue on the same broker, interleaved;
+4. one checkpoint shard worker at the same C (``tulip-memory worker checkpoint
+   --concurrency C``) writing delta checkpoints to an S3 API (a moto server in a
+   subprocess, unless ``--s3-endpoint`` names one): checkpoints/s against C divided by
+   one S3 PUT's p50 on the same server (the rate if the PUTs were all it waited on),
+   and its CPU per checkpoint.
 
 Usage: python -m bench.concurrency [--quick] [--concurrency 32] [--latency 1.0]
                                    [--events N] [--admin-dsn DSN] [--broker-url URL]
+                                   [--s3-endpoint URL]
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ import contextlib
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import psutil
@@ -46,6 +53,7 @@ from bench._services import (
     open_services,
     progress,
 )
+from bench.checkpoints import moto_server
 from bench.pipeline import (
     SESSION,
     THREAD,
@@ -58,16 +66,22 @@ from bench.pipeline import (
     extraction_model,
 )
 from tests.support.openai_server import FakeOpenAI
+from tulip_memory.messages import Message, Role
+from tulip_memory.objects.s3 import s3_client
+from tulip_memory.state import AgentState
 from tulip_ops.provision import configured_store, migrate_now
+from tulip_producer import Producer
 from tulip_wire.celeryconfig import kombu_queue
 from tulip_wire.endpoints import kombu_url
-from tulip_wire.events import SESSION_ENDED, namespace_key
+from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED, namespace_key
 from tulip_wire.routing import ShardRouter
-from tulip_wire.topology import EXTRACT_QUEUE_PREFIX
+from tulip_wire.topology import CHECKPOINT_QUEUE_PREFIX, EXTRACT_QUEUE_PREFIX, shard_queue
 from tulip_workers.keyed import BUFFER_PER_SLOT
 from tulip_workers.settings import CONCURRENCY
 
 MAX_SOLO = 32
+#: About what one save of a growing thread writes (a segment and the head).
+CHECKPOINT_OBJECT_BYTES = 2048
 RSS_SAMPLE = 0.2
 
 
@@ -99,6 +113,25 @@ class Publish:
 
 
 @dataclass(frozen=True)
+class Checkpoints:
+    """One checkpoint shard worker at C on an S3 API."""
+
+    concurrency: int
+    saves: int
+    seconds: float
+    put: Latency  # one PUT of a checkpoint-sized object on the same server
+    cpu_ms_per_save: float
+
+    @property
+    def rate(self) -> float:
+        return self.saves / self.seconds
+
+    @property
+    def ideal(self) -> float:
+        return 1000 * self.concurrency / self.put.p50  # Latency is in ms
+
+
+@dataclass(frozen=True)
 class Report:
     latency: float
     concurrency: int
@@ -106,6 +139,7 @@ class Report:
     solo: Layout
     solo_rss_mb: float
     publish: Publish
+    checkpoints: Checkpoints
 
 
 class RssSampler:
@@ -185,6 +219,65 @@ def run_layout(
     )  # fmt: skip
 
 
+def put_latency(endpoint: str, bucket: str, size: int, samples: int = 200) -> Latency:
+    """PUTs of ``size`` bytes to ``bucket``: what one checkpoint write waits on at least."""
+    client = s3_client(endpoint_url=endpoint, region_name="us-east-1")
+    body, times = os.urandom(size), []
+    for i in range(samples):
+        t = time.perf_counter()
+        client.put_object(Bucket=bucket, Key=f"put-probe/{i}", Body=body)
+        times.append(time.perf_counter() - t)
+    return Latency.of(times)
+
+
+def run_checkpoints(bench: Bench, endpoint: str, concurrency: int, saves: int) -> Checkpoints:
+    """Warm one checkpoint worker up, then save ``saves`` checkpoints over 2·C threads
+    (each save one message longer than the thread's last) and time them to the ledger."""
+    bucket = f"tulip-bench-{uuid.uuid4().hex[:8]}"
+    s3_client(endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    env = {
+        **bench.worker_env(),
+        CONCURRENCY[CHECKPOINT_SAVED].name: str(concurrency),
+        "TULIP_CHECKPOINT_URL": f"s3:{bucket}/bench",
+        "TULIP_S3_ENDPOINT_URL": endpoint,
+        "TULIP_CHECKPOINT_SHARDS": "1",
+    }
+    threads = [(f"ckpt-{i}", AgentState()) for i in range(2 * concurrency)]
+    with WorkerPool(bench.services.tmp / "logs-checkpoint", env) as pool:
+        queue = shard_queue(CHECKPOINT_QUEUE_PREFIX, 0)
+        worker = pool.start("tulip_workers.app", "checkpoint-0", queue, "threads",
+                            concurrency * BUFFER_PER_SLOT)  # fmt: skip
+        progress(f"checkpoints: 1 worker at C={concurrency}, warming up ...")
+
+        def save_round(producer: Producer, tenant: str) -> list[str]:
+            ids = []
+            for i, (thread, state) in enumerate(threads):
+                turn = Message(role=Role.USER, content=f"{thread} says {len(state.messages)}")
+                threads[i] = (thread, replace(state, messages=(*state.messages, turn)))
+                ids.append(producer.checkpoint_saved(thread, threads[i][1], tenant=tenant))
+            return ids
+
+        tenant = f"bench-ckpt-{uuid.uuid4().hex[:6]}"
+        with bench.producer(1, checkpoint_shards=1) as producer:
+            saved = len(save_round(producer, tenant))
+        try:
+            bench.ledger.wait_type_applied(CHECKPOINT_SAVED, tenant, saved, 180.0, pool.check)
+        except BenchError as e:
+            raise BenchError(f"{e}; the checkpoint worker's log ends:\n{worker.tail()}") from e
+        meter = CpuMeter(pool.pids, bench.servers)
+        started = time.perf_counter()
+        timed = 0
+        with bench.producer(1, checkpoint_shards=1) as producer:
+            while timed < saves:
+                timed += len(save_round(producer, tenant))
+        done = bench.ledger.wait_type_applied(
+            CHECKPOINT_SAVED, tenant, saved + timed, 120 + timed / 5, pool.check
+        )
+        cpu = meter.stop()
+    put = put_latency(endpoint, bucket, CHECKPOINT_OBJECT_BYTES)
+    return Checkpoints(concurrency, timed, done - started, put, 1000 * cpu.workers / timed)
+
+
 def idle_solo_rss(bench: Bench) -> float:
     """One warmed-up solo shard worker's RSS: what the solo layout pays per event in flight."""
     with WorkerPool(bench.services.tmp / "logs-probe", bench.worker_env()) as pool:
@@ -256,6 +349,7 @@ class Options:
     publishes: int
     admin_dsn: str | None
     broker_url: str | None
+    s3_endpoint: str | None
 
     @classmethod
     def parse(cls, argv: Sequence[str] | None = None) -> Options:
@@ -267,6 +361,7 @@ class Options:
         parser.add_argument("--publishes", type=int, help="publish samples (2000; quick 300)")
         parser.add_argument("--admin-dsn", help="an existing Postgres with pgvector (superuser)")
         parser.add_argument("--broker-url", help="an existing Redis the bench has to itself")
+        parser.add_argument("--s3-endpoint", help="an S3 API for checkpoints (else moto)")
         a = parser.parse_args(argv)
         c = a.concurrency or (8 if a.quick else 32)
         return cls(
@@ -276,6 +371,7 @@ class Options:
             publishes=a.publishes or (300 if a.quick else 2000),
             admin_dsn=a.admin_dsn,
             broker_url=a.broker_url,
+            s3_endpoint=a.s3_endpoint,
         )
 
 
@@ -303,7 +399,14 @@ def run(stack: contextlib.ExitStack, options: Options) -> Report:
     fit = max(1, min(MAX_SOLO, int(threaded.rss_mb // solo_rss)))
     solo = run_layout(bench, "solo", fit, "solo", 1, max(8 * fit, 16), latency)
     progress(f"  solo x{fit}: {solo.rate:.1f} events/s, RSS {solo.rss_mb:.0f} MB")
-    return Report(latency, c, threaded, solo, solo_rss, publish)
+    endpoint = options.s3_endpoint
+    if endpoint is None:
+        for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            os.environ.setdefault(var, "bench")
+        endpoint = stack.enter_context(moto_server())
+    checkpoints = run_checkpoints(bench, endpoint, c, options.events)
+    progress(f"  checkpoints C={c}: {checkpoints.rate:.1f}/s")
+    return Report(latency, c, threaded, solo, solo_rss, publish, checkpoints)
 
 
 def print_report(report: Report) -> None:
@@ -331,6 +434,13 @@ def print_report(report: Report) -> None:
                        ("  via send_task (2 trips)", p.send_task_path)):  # fmt: skip
         print(f"  {label:26} {lat.p50:8.3f} {lat.p99:8.3f} {lat.p50 / p.lpush.p50:9.2f}x")
     print(f"  session_ended ÷ apply_async: {p.session_ended.p50 / p.apply_async.p50:.2f}x")
+    k = report.checkpoints
+    print(f"\nOne checkpoint shard worker at C = {k.concurrency}, delta checkpoints on an S3 API")
+    print(f"  one S3 PUT of {CHECKPOINT_OBJECT_BYTES} bytes: p50 {k.put.p50:.2f} ms, "
+          f"p99 {k.put.p99:.2f} ms; C / PUT p50 = {k.ideal:.0f} checkpoints/s")  # fmt: skip
+    print(f"  {k.saves} checkpoints in {k.seconds:.1f} s: {k.rate:.1f}/s = "
+          f"{k.rate / k.ideal:.3f} of C / PUT p50; "
+          f"worker CPU {k.cpu_ms_per_save:.2f} ms each")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -295,6 +295,8 @@ def redis_calls(client: redis.Redis) -> Counter[str]:
 _COUNTS = f"""SELECT count(*) FILTER (WHERE status = 'applied'),
                      count(*) FILTER (WHERE status = 'dead')
               FROM {ledger.TABLE} WHERE event_id = ANY($1::text[])"""
+_TYPE_APPLIED = f"""SELECT count(*) FROM {ledger.TABLE}
+                    WHERE type = $1 AND tenant = $2 AND status = 'applied'"""
 _A_DEAD_REASON = f"""SELECT reason FROM {ledger.TABLE}
                      WHERE event_id = ANY($1::text[]) AND status = 'dead' LIMIT 1"""
 
@@ -330,6 +332,28 @@ class LedgerProbe:
             check()
             # Rarely while many are pending, often near the end: the end is what is timed.
             time.sleep(min(0.25, max(LEDGER_POLL, 0.002 * (len(ids) - applied))))
+
+    def wait_type_applied(
+        self, event_type: str, tenant: str, count: int, timeout: float, check: Callable[[], None]
+    ) -> float:
+        """``perf_counter()`` of the first poll that found ``count`` events of
+        ``event_type`` applied for ``tenant`` (for events whose ids the caller does not
+        get back, such as checkpoints: ``checkpoint_saved`` returns the checkpoint id)."""
+        deadline = time.perf_counter() + timeout
+        while True:
+            polled = time.perf_counter()
+            try:
+                applied = int(
+                    self._runner.run(self._conn.fetchval(_TYPE_APPLIED, event_type, tenant))
+                )
+            except asyncpg.UndefinedTableError:
+                applied = 0
+            if applied >= count:
+                return polled
+            if polled > deadline:
+                raise BenchError(f"{applied} of {count} {event_type} applied after {timeout:.0f}s")
+            check()
+            time.sleep(min(0.25, max(LEDGER_POLL, 0.002 * (count - applied))))
 
     def backend_pid(self) -> int:
         return int(self._runner.run(self._conn.fetchval("SELECT pg_backend_pid()")))
