@@ -168,14 +168,17 @@ def _counter_client(redis_url: str | None) -> redis.Redis | None:
     return redis_client(redis_url, socket_timeout=5, socket_connect_timeout=5)
 
 
+@functools.cache
 def _on_redis(app: Celery) -> bool:
     with app.connection_for_write() as connection:
         return bool(connection.transport.driver_type == "redis")
 
 
 def _mark(app: Celery, queue: str, task_id: str, *, add: bool) -> str | None:
+    """One ``SADD``/``SREM`` on a pooled broker connection (``app.pool``): twice per
+    task, so never a connection of its own (a new kombu channel pings Redis)."""
     try:
-        with app.connection_for_write() as connection:
+        with app.pool.acquire(block=True) as connection:
             channel = _redis_channel(connection)
             client = redis.Redis(connection_pool=channel.pool)
             key = _running_key(channel, queue)
