@@ -91,6 +91,12 @@ async def test_usage_carries_the_price_of_a_priced_model(fake_openai: FakeOpenAI
     assert usage.cost_usd == pytest.approx(prompt + completion)
 
 
+async def test_an_unpriced_model_has_no_cost(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script_chat(answer(ANA))
+    result = await LLMExtractor(config(fake_openai)).extract(TALK)  # openai/test-model
+    assert result.usage.cost_usd is None
+
+
 async def test_json_schema_output_is_requested_where_supported(fake_openai: FakeOpenAI) -> None:
     fake_openai.script_chat(answer(ANA))
     await LLMExtractor(config(fake_openai, response_schema=True)).extract(TALK)

@@ -242,11 +242,14 @@ def _usage(litellm: Any, response: Any, attempts: int) -> Usage:
 
 def _cost(litellm: Any, response: Any) -> float | None:
     """The call's cost: what litellm already priced on the response
-    (``_hidden_params["response_cost"]``, documented), else priced here."""
+    (``_hidden_params["response_cost"]``, documented; ``None`` there is a model litellm
+    has no price for, not worth a second try), else priced here."""
     hidden = getattr(response, "_hidden_params", None)
-    priced = hidden.get("response_cost") if isinstance(hidden, dict) else None
-    if isinstance(priced, int | float) and not isinstance(priced, bool):
-        return float(priced)
+    if isinstance(hidden, dict) and "response_cost" in hidden:
+        priced = hidden["response_cost"]
+        if isinstance(priced, int | float) and not isinstance(priced, bool):
+            return float(priced)
+        return None
     try:
         return float(litellm.completion_cost(completion_response=response))
     except Exception:
