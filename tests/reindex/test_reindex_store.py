@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -65,6 +66,16 @@ class Table:
 @pytest.fixture
 async def table(postgres: Postgres) -> AsyncIterator[Table]:
     yield Table(f"rx_{uuid.uuid4().hex[:10]}", postgres.app_dsn, postgres.admin_dsn)
+
+
+def keeping(table: Table, store: PgMemory) -> tuple[Reindexer, list[tuple[int, int, str]]]:
+    """A reindexer whose batches are kept in the list, not run."""
+    sent: list[tuple[int, int, str]] = []
+
+    def send(job_id: int, range_id: int, tenant: str) -> None:
+        sent.append((job_id, range_id, tenant))
+
+    return Reindexer(store, send=send, admin_dsn=table.admin_dsn), sent
 
 
 async def fill(store: PgMemory, tenants: list[str], rows: int) -> None:
@@ -234,10 +245,7 @@ async def test_an_unrebuildable_model_is_named_not_mixed(postgres: Postgres) -> 
 async def test_cancel_stops_batches_and_resume_goes_on(table: Table) -> None:
     store = table.store()
     await fill(store, ["acme"], 12)
-    sent: list[tuple[int, int, str]] = []
-    reindexer = Reindexer(
-        store, send=lambda j, r, t: sent.append((j, r, t)), admin_dsn=table.admin_dsn
-    )
+    reindexer, sent = keeping(table, store)
     job = await reindexer.start(NEW, tenant="acme", batch=4)
     await reindexer.run_batch(*sent[0])
     cancelled = await reindexer.cancel("acme")
@@ -336,20 +344,23 @@ def test_an_index_build_gets_the_memory_its_graph_needs() -> None:
 
 
 class Recorder:
-    """A phase observer that records each phase with the phases it ran inside."""
+    """A phase observer that records each phase with the phases it ran inside (in its
+    own asyncio task: the batches in flight at once each have theirs)."""
 
     def __init__(self) -> None:
-        self.stack: list[str] = []
+        self.path: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+            "path", default=()
+        )
         self.seen: list[tuple[str, ...]] = []
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        self.stack.append(name)
-        self.seen.append(tuple(self.stack))
+        token = self.path.set((*self.path.get(), name))
+        self.seen.append(self.path.get())
         try:
             yield
         finally:
-            self.stack.pop()
+            self.path.reset(token)
 
 
 async def test_an_observer_sees_every_phase_of_an_in_process_job(table: Table) -> None:
@@ -357,12 +368,12 @@ async def test_an_observer_sees_every_phase_of_an_in_process_job(table: Table) -
     await fill(store, ["acme"], 7)
     recorder = Recorder()
     job = await Reindexer(store, admin_dsn=table.admin_dsn, observer=recorder).start(NEW, batch=5)
-    assert job.status == "switched" and recorder.stack == []
+    assert job.status == "switched" and recorder.path.get() == ()
     assert {path[-1] for path in recorder.seen} == set(PHASES)
     for inner in ("probe", "create", "plan"):
         assert ("start", inner) in recorder.seen
     batch = next(p for p in recorder.seen if p[-1] == "batch")
-    for inner in ("rows", "embed", "write"):
+    for inner in ("rows", "embed", "write", "pace"):
         assert (*batch, inner) in recorder.seen
     assert ("finish", "index") in [p[-2:] for p in recorder.seen]
     await store.close()

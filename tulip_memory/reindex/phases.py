@@ -3,7 +3,7 @@
 A :class:`PhaseObserver` passed to ``Reindexer(observer=...)`` is entered around each
 phase this process runs (a batch that runs on a worker is that worker's): phases
 nest (``start`` holds ``probe``, ``create``, ``index`` and ``plan``; ``batch`` holds
-``rows``, ``embed`` and ``write``), so an observer that times them can tell a phase's
+``rows``, ``embed``, ``write`` and ``pace``), so an observer that times them can tell a phase's
 own time from its callees'. ``bench/reindex.py`` times them this way.
 """
 
@@ -25,6 +25,7 @@ PHASES = {
     "rows": "read a range's rows",
     "embed": "embed a range's texts",
     "write": "write a range's vectors (UPDATE and range done)",
+    "pace": "pause after a write, as the pacer asks (see reindex.pacing)",
     "finish": "the sweep and the switch",
 }
 

@@ -4,9 +4,11 @@ A job adds a vector slot for the new model (see
 :mod:`~tulip_memory.store.postgres.slots`), from then on every write fills both
 slots, cuts the rows into keyset ranges of ``batch`` rows and hands each range to
 ``send`` (the CLI sends Celery tasks to ``memory.reindex``; without ``send`` the
-ranges run here, one after another). A range embeds its rows that still lack the new
-vector in one embedder call and writes them with one statement, in the transaction
-that marks the range done: a range that runs twice changes nothing. When no range is
+ranges run here, ``in_flight`` at a time, so one batch embeds while another writes).
+A range embeds its rows that still lack the new vector in one embedder call and writes
+them with one statement, in the transaction that marks the range done: a range that
+runs twice changes nothing. After each write the batch pauses as long as its
+:class:`~tulip_memory.reindex.pacing.Pacer` asks, so recall keeps its speed. When no range is
 pending the job sweeps for any row still missing its vector, then switches recall to
 the new slot in one transaction. ``finalize`` ends a job: after the switch it removes
 the old vectors; before it, it abandons the job and removes the new ones.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -25,6 +28,7 @@ from tulip_memory.embeddings import BaseEmbedding
 from tulip_memory.errors import EmbeddingError
 from tulip_memory.reindex import sql
 from tulip_memory.reindex.model import Progress, ReindexConflict, ReindexError, ReindexJob
+from tulip_memory.reindex.pacing import Pacer
 from tulip_memory.reindex.phases import PhaseObserver, phase
 from tulip_memory.reindex.ranges import KINDS, Range, cut
 from tulip_memory.store.postgres import PgMemory
@@ -73,10 +77,19 @@ class Reindexer:
         admin_dsn: str | None = None,
         build: Build = build_embedder,
         observer: PhaseObserver | None = None,
+        in_flight: int = 2,
+        pace: bool = True,
     ) -> None:
+        """``in_flight``: batches run at once without ``send``. ``pace=False`` runs
+        this process's batches unpaced (see :mod:`~tulip_memory.reindex.pacing`)."""
+        if not isinstance(in_flight, int) or in_flight < 1:
+            raise ValueError(f"in_flight must be an integer >= 1, got {in_flight!r}")
         self.store = store
         #: Entered around each phase this process runs (see :mod:`~tulip_memory.reindex.phases`).
         self.observer = observer
+        #: The pause after each batch this process runs; ``None``: none.
+        self.pacer = Pacer() if pace else None
+        self._in_flight = in_flight
         self._send = send
         self._admin_dsn = admin_dsn
         self._build = build
@@ -397,22 +410,34 @@ class Reindexer:
 
     async def _dispatch(self, job_id: int) -> None:
         pending = [(r["id"], r["tenant"]) for r in await self._fetch(sql.PENDING_RANGES, job_id)]
-        if self._send is None:
-            for range_id, tenant in pending:
-                await self.run_batch(job_id, range_id, tenant)
-        else:
+        if self._send is not None:
             for range_id, tenant in pending:
                 self._send(job_id, range_id, tenant)
-        if not pending:
-            await self.finish(job_id)
+            if not pending:
+                await self.finish(job_id)
+            return
+        gate = asyncio.Semaphore(self._in_flight)
+
+        async def gated(range_id: int, tenant: str) -> None:
+            async with gate:
+                await self.run_batch(job_id, range_id, tenant, finish=False)
+
+        async with asyncio.TaskGroup() as group:  # a failing batch cancels the others
+            for range_id, tenant in pending:
+                group.create_task(gated(range_id, tenant))
+        await self.finish(job_id)
 
     # -- batches (the worker side) ----------------------------------------------
 
     @phase("batch")
-    async def run_batch(self, job_id: int, range_id: int, tenant: str) -> str:
-        """Embed and write one range of ``tenant``; what happened, in a word or a
-        sentence. Everything runs pinned to ``tenant``: a task naming another tenant's
-        range (or job) finds nothing, and is skipped."""
+    async def run_batch(
+        self, job_id: int, range_id: int, tenant: str, *, finish: bool = True
+    ) -> str:
+        """Embed and write one range of ``tenant``, then pause as the pacer asks; what
+        happened, in a word or a sentence. Everything runs pinned to ``tenant``: a task
+        naming another tenant's range (or job) finds nothing, and is skipped.
+        ``finish=False`` leaves the switch to the caller (the in-process dispatcher,
+        which finishes once after every batch)."""
         try:
             tenant = validate_namespace((tenant,))[0]
         except ValueError as e:
@@ -438,17 +463,27 @@ class Reindexer:
                 where = f"range {range_id} ({rng.kind} of tenant {rng.tenant!r})"
                 await self.pause(job_id, f"{where}: {e}", tenant=tenant)
                 return "paused"
+            started = time.perf_counter()
             written = await self._write(job, rng, keys, vectors, mark=True)
             outcome = "skipped: stopped meanwhile" if written is None else f"{written} vectors"
+            if written:
+                await self._pace(job.id, len(keys), time.perf_counter() - started)
         # Whoever sees no range pending finishes (idempotent): also a rerun of the last
         # batch whose first run wrote its range but failed while finishing. A batch
         # sees its tenant's ranges; only the owner sees every tenant's and switches.
-        if self._admin_dsn is not None:
+        if finish and self._admin_dsn is not None:
             async with self._pinned(tenant) as conn:
                 mine = await conn.fetch(self.q(sql.PENDING_RANGES), job_id)
             if not mine:
                 await self.finish(job_id)
         return outcome
+
+    @phase("pace")
+    async def _pace(self, job_id: int, rows: int, seconds: float) -> None:
+        """The pause the pacer asks for after a write of ``rows`` in ``seconds``."""
+        pause = 0.0 if self.pacer is None else self.pacer.observe(job_id, rows, seconds)
+        if pause > 0:
+            await asyncio.sleep(pause)
 
     @phase("rows")
     async def _rows(self, job: ReindexJob, rng: Range, *, sweep: bool) -> tuple[list[str], Any]:
