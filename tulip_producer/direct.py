@@ -3,16 +3,18 @@ and the enqueue, in one script.
 
 The general path (:meth:`tulip_producer.producer._Publisher.publish`) takes two: a
 pipeline that numbers the event, then Celery's ``send_task``. Where the broker and the
-sequence-number Redis are one database, nothing is signed and no pending list is
-written, this path publishes the message ``send_task`` would, built by Celery itself:
-once per task, :func:`send_event` (the one call both paths make) sends an event whose
-fields are markers to kombu's in-memory transport, and the message it stores, written
-as kombu's Redis transport writes it (its body plain JSON rather than base64), becomes
-a :class:`MessageTemplate`. A publish fills in only the event's own fields (task id,
-queue, delivery tag, the envelope's one encoding, :class:`~tulip_wire.events.Encoded`)
-and one script (``tulip_wire/lua/publish_direct.lua``) numbers the event, marks it
-published and pushes the message, the number written where the markers stood, onto the
-shard queue, as kombu's Redis transport would. When the layout record
+sequence-number Redis are one database and nothing is signed, this path publishes the
+message ``send_task`` would, built by Celery itself: once per task, :func:`send_event`
+(the one call both paths make) sends an event whose fields are markers to kombu's
+in-memory transport, and the message it stores, written as kombu's Redis transport writes
+it (its body plain JSON rather than base64), becomes a :class:`MessageTemplate`. A
+publish fills in only the event's own fields (task id, queue, delivery tag, the
+envelope's one encoding, :class:`~tulip_wire.events.Encoded`) and one script
+(``tulip_wire/lua/publish_direct.lua``) numbers the event, marks it published and pushes
+the message, the number written where the markers stood, onto the shard queue, as
+kombu's Redis transport would; a checkpoint save's pending entry
+(:mod:`tulip_wire.pending`) is appended by the same script, so the one round trip also
+keeps the pending list in the order of the sequence numbers. When the layout record
 (:mod:`tulip_wire.shardlayout`) names another shard count, the script does nothing and
 the general path takes over. A template whose rendering of a sample event differs from
 what ``send_task`` stores for it (another serializer, compression, a publish signal
@@ -30,6 +32,7 @@ import re
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -141,6 +144,16 @@ class MessageTemplate:
         return [p.format(id=id, queue=queue, tag=tag, head=head, tail=tail) for p in self._parts]
 
 
+@dataclass(frozen=True)
+class PendingPush:
+    """A checkpoint save's entry for its thread's pending list (:mod:`tulip_wire.pending`):
+    the list's key, the entry, the list's TTL in ms."""
+
+    key: str
+    entry: str
+    ttl_ms: int
+
+
 class DirectPublisher:
     """Numbers and enqueues an event with one script call (see the module doc)."""
 
@@ -165,10 +178,14 @@ class DirectPublisher:
             templates[task] = template
         return cls(client, status_ttl, templates)
 
-    def publish(self, wire: Encoded, router: ShardRouter) -> int | None:
-        """Publish ``wire`` on ``router``'s queue, numbered by the script; the sequence
-        number it got, or ``None`` when the layout record disagrees with ``router``
-        (then nothing was done)."""
+    def publish(
+        self, wire: Encoded, router: ShardRouter, pending: PendingPush | None = None
+    ) -> int | None:
+        """Publish ``wire`` on ``router``'s queue, numbered by the script (and, for a
+        checkpoint save, its ``pending`` entry appended in the same script, so the
+        pending list is in the order of the sequence numbers); the sequence number it
+        got, or ``None`` when the layout record disagrees with ``router`` (then nothing
+        was done)."""
         env = wire.env
         queue = router.queue(env.key)
         parts = self._templates[TASKS[env.type]].render(
@@ -177,6 +194,9 @@ class DirectPublisher:
         keys = [SEQ_KEY_PREFIX + env.key, PUBLISHED_KEY_PREFIX + env.id]
         keys += [layout_key(router.prefix), queue]
         args: list[str | int] = [env.key, self._ttl_ms, str(router.shards), *parts]
+        if pending is not None:
+            keys.append(pending.key)
+            args += [pending.entry, pending.ttl_ms]
         seq, _ = self._script(keys=keys, args=args)
         return None if int(seq) < 0 else int(seq)
 

@@ -43,7 +43,7 @@ from tulip_memory.errors import TulipMemoryError
 from tulip_memory.messages import Message
 from tulip_memory.state import AgentState
 from tulip_producer.bases import PublishedBases
-from tulip_producer.direct import DirectPublisher, send_event
+from tulip_producer.direct import DirectPublisher, PendingPush, send_event
 from tulip_producer.settings import ProducerSettings
 from tulip_producer.spool import Spool, SpooledEvent
 from tulip_wire import events
@@ -208,10 +208,15 @@ class _Publisher:
         """Publish ``env`` (``encoded``: its encoding, when the caller has it already).
         A claim check is put before either path, once for both."""
         wire = self._outgoing(encoded if encoded is not None else Encoded.of(env))
-        direct = self._direct if pending is None else None
-        if direct is not None and direct.publish(wire, self._routers[env.type]) is not None:
-            return
+        if self._direct is not None:
+            push = None if pending is None else self._push(pending)
+            if self._direct.publish(wire, self._routers[env.type], push) is not None:
+                return
         self._publish(wire, pending)
+
+    def _push(self, pending: _Pending) -> PendingPush:
+        key = PendingStates.key(pending.tenant, pending.thread_id)
+        return PendingPush(key, pending.entry, int(self._pending_ttl * 1000))
 
     def _publish(self, wire: Encoded, pending: _Pending | None) -> None:
         """Assign the key's next sequence number, mark the id published, append the

@@ -29,8 +29,8 @@ ENV_VAR = EVENT_SIGNING_KEY.name
 MIN_KEY_CHARS = 32
 _DOMAIN = b"tulip-event-v1\n"
 _SIGNED = ("v", "id", "type", "key", "seq", "ts", "payload", "payload_ref")
-#: How many characters a signature adds to an encoded envelope (``, "sig": "<hex>"``).
-SIG_ROOM = len(', "sig": ""') + 2 * hashlib.sha256().digest_size
+#: How many characters a signature adds to an encoded envelope (``,"sig":"<hex>"``).
+SIG_ROOM = len(',"sig":""') + 2 * hashlib.sha256().digest_size
 
 
 class ForgedEvent(EventError):

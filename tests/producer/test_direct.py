@@ -21,15 +21,22 @@ from celery.signals import before_task_publish
 
 from tests.producer.conftest import SHARDS, MakeProducer
 from tulip_memory.messages import Message, Role
+from tulip_memory.state import AgentState
 from tulip_producer import ProducerSettings
 from tulip_producer.direct import DirectPublisher
 from tulip_producer.producer import celery_app
 from tulip_wire import events
 from tulip_wire.celeryconfig import kombu_queue
-from tulip_wire.events import decode, namespace_key
+from tulip_wire.events import decode, namespace_key, thread_key
+from tulip_wire.pending import PendingStates
 from tulip_wire.routing import ShardRouter
 from tulip_wire.shardlayout import ShardLayout, layout_key
-from tulip_wire.topology import EXTRACT_QUEUE_PREFIX, EXTRACT_TASK, SEQ_KEY_PREFIX
+from tulip_wire.topology import (
+    CHECKPOINT_QUEUE_PREFIX,
+    EXTRACT_QUEUE_PREFIX,
+    EXTRACT_TASK,
+    SEQ_KEY_PREFIX,
+)
 
 NS = ("acme", "users", "direct")
 # Text that looks like the sequence number's neighbourhood, quotes and all.
@@ -167,3 +174,36 @@ def test_a_message_the_template_cannot_follow_leaves_it_to_send_task(
         for _ in spoil(app):
             assert DirectPublisher.create(client, 60.0, app, queue) is None
     assert "cannot be templated" in caplog.text
+
+
+def test_a_checkpoint_save_and_its_pending_entry_go_in_the_one_script(
+    broker_url: str, client: redis.Redis, make_producer: MakeProducer
+) -> None:
+    """A save is numbered, enqueued and appended to its thread's pending list by one
+    script; under another layout the general path does it all instead, and the entry
+    is appended once either way, in the order of the numbers."""
+    two = three = ""
+    while two == three:  # a thread whose queue the layout of 3 shards changes
+        thread = f"direct-{uuid.uuid4().hex}"
+        key = thread_key("acme", thread)
+        two, three = (ShardRouter(CHECKPOINT_QUEUE_PREFIX, n).queue(key) for n in (2, 3))
+    client.delete(two, three, layout_key(CHECKPOINT_QUEUE_PREFIX))
+    producer = make_producer(broker_url, checkpoint_shards=2)
+    states = [AgentState(messages=SAID), AgentState(messages=[*SAID, *SAID], iterations=2)]
+    ids = [producer.checkpoint_saved(thread, s, tenant="acme") for s in states]
+    client.set(layout_key(CHECKPOINT_QUEUE_PREFIX), ShardLayout(3).encode())
+    ids.append(producer.checkpoint_saved(thread, states[1], tenant="acme"))
+    client.delete(layout_key(CHECKPOINT_QUEUE_PREFIX))
+    direct = [json.loads(m) for m in reversed(client.lrange(two, 0, -1))]
+    general = [json.loads(m) for m in client.lrange(three, 0, -1)]
+    assert [m["properties"]["body_encoding"] for m in direct] == [None, None]
+    assert [m["properties"]["body_encoding"] for m in general] == ["base64"]
+    sent = [decode(json.loads(m["body"])[0][0]) for m in direct]
+    sent.append(decode(json.loads(base64.b64decode(general[0]["body"]))[0][0]))
+    assert [(e.seq, (e.payload or {})["checkpoint_id"]) for e in sent] == [
+        (1, ids[0]), (2, ids[1]), (3, ids[2])
+    ]  # fmt: skip
+    assert "state" in (sent[0].payload or {}) and "delta" in (sent[1].payload or {})
+    assert [e.checkpoint_id for e in PendingStates(client).entries("acme", thread)] == ids
+    assert client.pttl(PendingStates.key("acme", thread)) > 0
+    client.delete(two, three)

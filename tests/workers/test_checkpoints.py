@@ -100,7 +100,7 @@ async def test_a_state_that_is_not_an_agent_state_is_a_dead_letter(
     worker: CheckpointWorker, store: PgMemory, postgres: Postgres
 ) -> None:
     env = checkpoint_saved(TENANT, "t-bad", uuid.uuid4().hex, state(1).to_checkpoint(), ts=1.0)
-    body = encode(env.with_seq(1)).replace('"iterations": 1', '"iterations": "many"')
+    body = encode(env.with_seq(1)).replace('"iterations":1', '"iterations":"many"')
     assert await worker.handle(body, env.id) == DEAD
     # Too malformed to decode, so its tenant is not trusted: the row is _unknown's.
     status = await AsyncReader(store).status(env.id, tenant=UNKNOWN_TENANT)

@@ -433,7 +433,7 @@ async def test_a_message_reusing_a_dead_letters_id_is_filed_under_its_digest(
     owned = env.with_ref(claims.put(env.id, json.dumps(env.payload).encode()))  # over the limit
     malformed = event((tenant, "users", "victim"), "y" * 500)
     for victim in (owned, malformed):
-        body = encode(victim) if victim is owned else encode(victim).replace('"v": 1', '"v": 9')
+        body = encode(victim) if victim is owned else encode(victim).replace('"v":1', '"v":9')
         assert await worker.handle(body, victim.id) == DEAD
         before = await dead_reason(postgres.admin_dsn, victim.id)
         raw = b'{"not": "a task"}' + uuid.uuid4().bytes
