@@ -29,7 +29,9 @@ Seeds two identical tables of ``--rows`` memories over ``--tenants`` tenants (on
    would be) runs ``PgMemory.search((tenant, "facts"), query)`` on the table being
    reindexed, a random tenant and query each time, one at a time at up to
    ``--recall-rate`` queries/s; p50/p99 while the table is idle (``--idle``
-   seconds before the job) against p50/p99 while the job runs.
+   seconds before the job) against p50/p99 while the job runs, and in its two parts:
+   until the last batch finished, and the switch after it (sweep, the new slot's
+   index build).
 
 Also printed, to tell where a job's time goes: each job's phases by its own
 timestamps (job row, batches finishing, switch), the in-process job's exclusive wall
@@ -439,6 +441,16 @@ class Latency:
         cuts = statistics.quantiles(ms, n=100, method="inclusive")
         return cls(label, len(ms), cuts[49], cuts[98])
 
+    @classmethod
+    def maybe(
+        cls, label: str, samples: list[tuple[float, float]], start: float, end: float
+    ) -> Latency | None:
+        """:meth:`within`, or ``None`` for a window with fewer than 2 samples."""
+        try:
+            return cls.within(label, samples, start, end)
+        except BenchError:
+            return None
+
 
 # --- CPU by process ----------------------------------------------------------------
 
@@ -594,6 +606,13 @@ class JobRun:
     cpu: Cpu
     phases: Phases
     timeline: Timeline
+    #: ``during`` cut where the last batch finished: the batches, then the switch
+    #: (sweep, index build); ``None`` when a part has fewer than 2 samples.
+    parts: tuple[Latency | None, Latency | None]
+
+    @property
+    def latencies(self) -> list[Latency]:
+        return [self.idle, self.during, *(p for p in self.parts if p is not None)]
 
 
 _RANGE_TIMES = """
@@ -678,13 +697,20 @@ async def run_job(
             cpu = meter.stop()
             samples = probe.stop()
         await check_switched(ctx, table, done)
+        timeline = await Timeline.of(reindexer, done.job, ctx.services.admin_dsn)
+        # The database's clock, moved onto ours at the job row (made right after start).
+        cut = started + timeline.to_first + timeline.batches
         return JobRun(
             Throughput(label, done.job.planned_rows, ended - started),
             Latency.within(f"idle, before: {label}", samples, idle_from, idle_to),
             Latency.within(f"during: {label}", samples, started, ended),
             cpu,
             phases,
-            await Timeline.of(reindexer, done.job, ctx.services.admin_dsn),
+            timeline,
+            (
+                Latency.maybe(f"  of which until the last batch: {label}", samples, started, cut),
+                Latency.maybe(f"  of which the switch (index build): {label}", samples, cut, ended),
+            ),
         )
     finally:
         await store.close()
@@ -800,13 +826,13 @@ def print_report(r: Report) -> None:
     print("| recall | samples | p50 ms | p99 ms | p50 / idle p50 | p99 / idle p99 |")
     print("|---|---:|---:|---:|---:|---:|")
     for run in r.runs:
-        for lat in (run.idle, run.during):
+        for lat in run.latencies:
             print(
                 f"| {lat.label} | {lat.samples:,} | {lat.p50:.2f} | {lat.p99:.2f} |"
                 f" {lat.p50 / run.idle.p50:.2f} | {lat.p99 / run.idle.p99:.2f} |"
             )
     few = [
-        lat.label for run in r.runs for lat in (run.idle, run.during) if lat.samples < FEW_SAMPLES
+        lat.label.strip() for run in r.runs for lat in run.latencies if lat.samples < FEW_SAMPLES
     ]
     if few:
         print(f"\nfewer than {FEW_SAMPLES} samples (p99 is about the worst few): {', '.join(few)}")
