@@ -43,12 +43,32 @@ def start_postgres() -> Iterator[Postgres]:
         return
     data = Path(tempfile.mkdtemp(prefix="tulip-pg-"))
     server = EmbeddedPostgres(data, keep=False).start(APP_ROLE)
+    run_async(_throwaway(server.admin_dsn))
     STARTED.append(Postgres(server.admin_dsn, server.app_dsn))
     try:
         yield STARTED[-1]
     finally:
         server.stop()
         shutil.rmtree(data, ignore_errors=True)
+
+
+#: The session server's data is deleted when the session ends: nothing it writes has to
+#: survive a crash of the machine, so commits and checkpoints need not wait for the disk
+#: (a commit still writes its WAL before it returns: a killed server process loses
+#: nothing it reported committed). Tests that restart Postgres run a server of their own.
+THROWAWAY = {"fsync": "off", "full_page_writes": "off"}
+
+
+async def _throwaway(admin_dsn: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        for name, value in THROWAWAY.items():
+            await conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
 
 
 def start_redis() -> Iterator[str]:
