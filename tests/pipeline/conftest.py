@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.pg import app_store
 from tests.support.services import Postgres
-from tests.support.workers import WorkerFactory
+from tests.support.workers import WorkerFactory, WorkerProcess
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.registry import get_checkpointer
 from tulip_ops.dev.embedded import EmbeddedRedis
@@ -57,12 +57,16 @@ class Pipeline:
             **extra,
         }
 
-    def start_shards(self, **extra: str) -> None:
-        for k in range(SHARDS):
-            self.start_shard(k, **extra)
+    def start_shards(self, role: str = "extract", **extra: str) -> None:
+        """Every shard's ``role`` worker, started side by side."""
+        self.workers.start_all([self.shard(k, role, **extra) for k in range(SHARDS)])
 
     def start_shard(self, k: int, role: str = "extract", **extra: str) -> None:
-        self.workers.start(f"{role}-{k}", [f"memory.{role}.{k}"], **self.env(**extra))
+        self.workers.start_all([self.shard(k, role, **extra)])
+
+    def shard(self, k: int, role: str = "extract", **extra: str) -> WorkerProcess:
+        """Shard ``k``'s ``role`` worker, not started yet (``workers.start_all``)."""
+        return self.workers.solo(f"{role}-{k}", [f"memory.{role}.{k}"], **self.env(**extra))
 
     def producer(self) -> Producer:
         return Producer.from_urls(

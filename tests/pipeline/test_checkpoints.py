@@ -30,8 +30,7 @@ def test_checkpoints_apply_in_order_per_thread_through_a_sigkill(pipeline: Pipel
     tenants, names = ("acme", "globex"), [f"ticket-{i}" for i in range(4)]
     threads = [(tenant, t) for tenant in tenants for t in names]
     victim_shard = ShardRouter("memory.checkpoint", SHARDS).shard(thread_key(*threads[0]))
-    for k in range(SHARDS):
-        pipeline.start_shard(k, role="checkpoint")
+    pipeline.start_shards(role="checkpoint")
     ids: dict[tuple[str, str], list[str]] = {t: [] for t in threads}
 
     def own(tenant: str, t: str, n: int) -> AgentState:
@@ -91,9 +90,9 @@ def test_long_threads_get_incremental_background_summaries_through_the_model(
         "OPENAI_API_BASE": fake_openai.url,
         "OPENAI_API_KEY": "test",
     }
-    for k in range(SHARDS):
-        pipeline.start_shard(k, role="checkpoint", **settings)
-    pipeline.workers.start("summarize", ["memory.summarize"], **pipeline.env(**settings))
+    shards = [pipeline.shard(k, "checkpoint", **settings) for k in range(SHARDS)]
+    summarize = pipeline.workers.solo("summarize", ["memory.summarize"], **pipeline.env(**settings))
+    pipeline.workers.start_all([*shards, summarize])
     with pipeline.producer() as producer, pipeline.reader() as reader:
         for thread in ("long-ticket", "broken-ticket"):
             for n in range(1, 31):

@@ -70,12 +70,19 @@ def model_env(fake: FakeOpenAI, **extra: str) -> dict[str, str]:
     }
 
 
-def start_shard(pipeline: Pipeline, k: int, concurrency: int, **env: str) -> WorkerProcess:
-    """Shard ``k``'s extract worker exactly as ``tulip-memory worker extract`` lays it out."""
+def shard(pipeline: Pipeline, k: int, concurrency: int, **env: str) -> WorkerProcess:
+    """Shard ``k``'s extract worker exactly as ``tulip-memory worker extract`` lays it out
+    (not started yet)."""
     (spec,) = role_specs("extract", SHARDS, [k], concurrency)
-    return pipeline.workers.start_threads(
+    return pipeline.workers.threaded(
         spec.name, list(spec.queues), spec.concurrency, {**pipeline.env(**env), **dict(spec.env)}
     )
+
+
+def start_shard(pipeline: Pipeline, k: int, concurrency: int, **env: str) -> WorkerProcess:
+    """:func:`shard`, started and ready."""
+    (worker,) = pipeline.workers.start_all([shard(pipeline, k, concurrency, **env)])
+    return worker
 
 
 def users_on(shard: int, count: int, prefix: str) -> list[str]:
@@ -165,8 +172,7 @@ def test_the_llm_cap_holds_across_two_concurrent_shard_workers(
     model = RecordingModel(delay=0.2)
     fake_openai.default_chat = model
     env = model_env(fake_openai, TULIP_LLM_MAX_INFLIGHT="3")
-    for k in range(SHARDS):
-        start_shard(pipeline, k, 8, **env)
+    pipeline.workers.start_all([shard(pipeline, k, 8, **env) for k in range(SHARDS)])
     users = users_on(0, 10, "a") + users_on(1, 10, "b")
     with pipeline.producer() as producer:
         ids = [

@@ -26,9 +26,10 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 
 
 def shard_worker(pipeline: Pipeline, shards: int, k: int, env: dict[str, str]) -> WorkerProcess:
+    """Shard ``k`` of ``shards``' extract worker (not started yet)."""
     (spec,) = role_specs("extract", shards, [k], 4)
     run_env = {**pipeline.env(TULIP_EXTRACT_SHARDS=str(shards), **env), **dict(spec.env)}
-    return pipeline.workers.start_threads(
+    return pipeline.workers.threaded(
         f"{spec.name}-of-{shards}", list(spec.queues), spec.concurrency, run_env
     )
 
@@ -46,8 +47,8 @@ def test_a_reshard_during_traffic_keeps_every_namespace_in_order(
     moving = [u for u in users if new.shard(_key(u)) >= SHARDS]
     assert len(moving) >= 5 and all(old.shard(_key(u)) < SHARDS for u in moving)
     env = model_env(fake_openai, TULIP_LLM_MAX_INFLIGHT="16")
-    for k in range(SHARDS, NEW):  # listening from the start: a premature switch shows
-        shard_worker(pipeline, NEW, k, env)
+    # Listening from the start: a premature switch shows.
+    pipeline.workers.start_all([shard_worker(pipeline, NEW, k, env) for k in range(SHARDS, NEW)])
     records = redis.Redis.from_url(pipeline.broker_url)
     ids: list[str] = []
 
@@ -71,8 +72,8 @@ def test_a_reshard_during_traffic_keeps_every_namespace_in_order(
             time.sleep(0.01)
         publish(3, 4)  # while the old shards drain
         assert producer.spooled == 2 * len(users)  # held in the spool, not published
-        for k in range(SHARDS):  # the old layout's workers start on their backlog
-            shard_worker(pipeline, SHARDS, k, env)
+        # The old layout's workers start on their backlog.
+        pipeline.workers.start_all([shard_worker(pipeline, SHARDS, k, env) for k in range(SHARDS)])
         output, _ = reshard.communicate(timeout=300)
         assert reshard.returncode == 0, output
         assert f"now {NEW} shards" in output

@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.pipeline.conftest import SHARDS, Pipeline, broker, pipeline  # noqa: F401
+from tests.pipeline.conftest import Pipeline, broker, pipeline  # noqa: F401
 from tulip_memory.backends import S3Backend, install_lifecycle_rules, lifecycle_rules
 from tulip_memory.messages import Message, Role
 from tulip_memory.registry import get_checkpointer
@@ -217,8 +217,7 @@ async def test_queued_saves_go_through_a_checkpoint_worker(
         assert await direct.load("ticket-8912-refund") is None
         with pytest.raises(ValueError, match="assigns checkpoint ids"):
             await queued.save(state("refund", 3), "ticket-8912-refund", "my-id")
-        for k in range(SHARDS):
-            pipeline.start_shard(k, role="checkpoint", **store)
+        pipeline.start_shards(role="checkpoint", **store)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if await direct.load("ticket-8912-refund") == state("refund", 2):
@@ -257,8 +256,7 @@ async def test_a_queued_delete_waits_for_the_queued_saves_and_nothing_comes_back
         with pytest.raises(ThreadStillQueued, match="nothing deleted"):
             await queued.delete("user-asked-to-forget")  # no worker yet
         assert await queued.load("user-asked-to-forget") == state("gdpr", 3)
-        for k in range(SHARDS):
-            pipeline.start_shard(k, role="checkpoint", **store)
+        pipeline.start_shards(role="checkpoint", **store)
         monkeypatch.setattr(queued_module, "DELETE_DRAIN_TIMEOUT", 120.0)
         assert await queued.delete("user-asked-to-forget")
         assert await queued.load("user-asked-to-forget") is None

@@ -35,8 +35,12 @@ class WorkerProcess:
     concurrency: int = 1
     proc: subprocess.Popen[bytes] | None = None
     _out: object = field(default=None, repr=False)
+    _logged_before: int = field(default=0, repr=False)
 
     def start(self, ready_timeout: float = 60.0, *, wait: bool = True) -> WorkerProcess:
+        # A worker restarted under its name appends to the same log: it is ready when
+        # *this* start says so.
+        self._logged_before = self.log.stat().st_size if self.log.exists() else 0
         out = open(self.log, "ab")  # noqa: SIM115 - closed in stop()
         self._out = out
         spec = WorkerSpec(self.name, tuple(self.queues), self.pool, self.concurrency)
@@ -48,17 +52,18 @@ class WorkerProcess:
             stderr=subprocess.STDOUT,
         )
         if wait:
-            self._wait_ready(ready_timeout)
+            self.wait_ready(ready_timeout)
         return self
 
-    def _wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until the worker logs that it is ready (since its last start)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise AssertionError(f"worker {self.name} exited:\n{self.output()}")
-            if " ready." in self.output():
+            if b" ready." in self.log.read_bytes()[self._logged_before :]:
                 return
-            time.sleep(0.1)
+            time.sleep(0.05)
         raise AssertionError(f"worker {self.name} not ready after {timeout}s:\n{self.output()}")
 
     def output(self) -> str:
@@ -73,8 +78,17 @@ class WorkerProcess:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Warm shutdown (SIGTERM), SIGKILL if it does not stop in time."""
+        self.terminate()
+        self.wait_stopped(timeout)
+
+    def terminate(self) -> None:
+        """Ask for a warm shutdown (SIGTERM); :meth:`wait_stopped` waits for it."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self, timeout: float) -> None:
+        """Until the process has exited, SIGKILLed after ``timeout`` seconds."""
+        if self.proc is not None and self.proc.poll() is None:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -95,27 +109,47 @@ class WorkerFactory:
     started: list[WorkerProcess] = field(default_factory=list)
 
     def start(self, name: str, queues: list[str], **env: str) -> WorkerProcess:
-        """A single-process (``-P solo``) worker on ``queues``."""
-        return self._start(WorkerProcess(name, queues, {**self.env, **env}, self._log(name)))
+        """A single-process (``-P solo``) worker on ``queues``, started and ready."""
+        (worker,) = self.start_all([self.solo(name, queues, **env)])
+        return worker
 
     def start_threads(
         self, name: str, queues: list[str], threads: int, env: dict[str, str]
     ) -> WorkerProcess:
+        """A ``threads`` pool worker, started and ready."""
+        (worker,) = self.start_all([self.threaded(name, queues, threads, env)])
+        return worker
+
+    def solo(self, name: str, queues: list[str], **env: str) -> WorkerProcess:
+        """A single-process (``-P solo``) worker on ``queues``, not started yet."""
+        return WorkerProcess(name, queues, {**self.env, **env}, self._log(name))
+
+    def threaded(
+        self, name: str, queues: list[str], threads: int, env: dict[str, str]
+    ) -> WorkerProcess:
         """A ``threads`` pool worker: the key-ordered layout of the shard workers
-        (their ``TULIP_*_CONCURRENCY`` in ``env``)."""
-        w = WorkerProcess(name, queues, {**self.env, **env}, self._log(name), "threads", threads)
-        return self._start(w)
+        (their ``TULIP_*_CONCURRENCY`` in ``env``), not started yet."""
+        return WorkerProcess(name, queues, {**self.env, **env}, self._log(name), "threads", threads)
+
+    def start_all(self, workers: list[WorkerProcess]) -> list[WorkerProcess]:
+        """Start ``workers`` side by side and return once every one is ready (a worker
+        spends seconds importing before it is)."""
+        for w in workers:
+            self.started.append(w)
+            w.start(wait=False)
+        for w in workers:
+            w.wait_ready()
+        return workers
 
     def _log(self, name: str) -> Path:
         return self.tmp / f"{name}.log"
 
-    def _start(self, w: WorkerProcess) -> WorkerProcess:
-        self.started.append(w)
-        return w.start()
-
     def stop_all(self) -> None:
+        """Warm shutdown of every worker, side by side."""
         for w in self.started:
-            w.stop(timeout=10)
+            w.terminate()
+        for w in self.started:
+            w.wait_stopped(timeout=10)
 
 
 def worker_env(**settings: str) -> dict[str, str]:
