@@ -31,7 +31,7 @@ def rebuilt(base: dict[str, Any], data: dict[str, Any]) -> bytes:
 )
 def test_a_change_equal_under_eq_survives_every_path(old: Any, new: Any) -> None:
     long = [{"content": "w " * 200, "n": i} for i in range(40)]  # a large list field
-    cases = [
+    cases: list[tuple[dict[str, Any], dict[str, Any]]] = [
         ({"m": long, "meta": {"v": old, "k": 1}}, {"m": long, "meta": {"v": new, "k": 2}}),
         ({"m": [{"v": old}, *long]}, {"m": [{"v": new}, *long, {"v": 3}]}),  # the full path
         ({"m": long, "big": [old] * 3000}, {"m": long, "big": [new] * 3000}),

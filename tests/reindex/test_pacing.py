@@ -56,7 +56,7 @@ def test_nothing_written_asks_for_nothing() -> None:
 def test_pacer_settings_are_checked() -> None:
     for bad in ({"slowdown": 1.0}, {"max_factor": 0.5}, {"max_pause": -1.0}):
         with pytest.raises(ValueError, match="slowdown > 1"):
-            Pacer(**bad)  # type: ignore[arg-type]
+            Pacer(**bad)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -32,18 +33,44 @@ QUEUE = "memory.checkpoint.0"
 exchange = Exchange("memory", type="direct")
 
 
-@pytest.fixture
-def reliable() -> Iterator[None]:
-    """Our transport for ``redis`` URLs in this process, for the test's length."""
+@contextmanager
+def transports(aliases: dict[str, str]) -> Iterator[None]:
+    """``aliases`` for the URL schemes of :mod:`tulip_workers.reliable_redis`, for the
+    block's length (whatever another test of this process installed before)."""
     saved = dict(kombu_transports.TRANSPORT_ALIASES)
-    reliable_redis.install()
+
+    def use(table: dict[str, str]) -> None:
+        kombu_transports.TRANSPORT_ALIASES.clear()
+        kombu_transports.TRANSPORT_ALIASES.update(table)
+        for scheme in reliable_redis.SCHEMES:
+            kombu_transports._transport_cache.pop(scheme, None)
+
+    use({**saved, **aliases})
     try:
         yield
     finally:
-        kombu_transports.TRANSPORT_ALIASES.clear()
-        kombu_transports.TRANSPORT_ALIASES.update(saved)
-        for scheme in reliable_redis.SCHEMES:
-            kombu_transports._transport_cache.pop(scheme, None)
+        use(saved)
+
+
+@pytest.fixture
+def reliable() -> Iterator[None]:
+    """Our transport for ``redis`` URLs in this process, for the test's length."""
+    with transports({}):
+        reliable_redis.install()
+        yield
+
+
+@pytest.fixture
+def stock() -> Iterator[None]:
+    """kombu's own transport for ``redis`` URLs, for the test's length."""
+    with transports(
+        {
+            "redis": "kombu.transport.redis:Transport",
+            "rediss": "kombu.transport.redis:Transport",
+            "sentinel": "kombu.transport.redis:SentinelTransport",
+        }
+    ):
+        yield
 
 
 @pytest.fixture
@@ -110,7 +137,9 @@ def consume(conn: Connection, count: int, queue: str = QUEUE) -> list[str]:
     return got
 
 
-def test_kombu_loses_the_message_a_consumer_died_holding(redis_url: str, prefix: str) -> None:
+def test_kombu_loses_the_message_a_consumer_died_holding(
+    stock: None, redis_url: str, prefix: str
+) -> None:
     """The failure this module exists for, shown on kombu's own transport."""
     with connect(redis_url, prefix) as conn:
         publish(conn, ["one", "two"])
