@@ -221,11 +221,14 @@ def test_a_message_that_kills_its_worker_every_time_ends_as_a_dead_letter(
 def test_model_calls_longer_than_the_lease_never_exceed_the_cap(
     pipeline: Pipeline, fake_openai: FakeOpenAI
 ) -> None:
-    fake_openai.default_chat = ColourModel(delay=4.0)  # four leases long
+    # Each call is one and a half leases long: without renewal the other shard's worker
+    # would get in for its last second. A 2 s lease is renewed every 2/3 s, so on a
+    # loaded host a renewal may be 1.3 s late before the lease lapses.
+    fake_openai.default_chat = ColourModel(delay=3.0)
     settings = {
         **model_env(fake_openai),
         "TULIP_LLM_MAX_INFLIGHT": "1",
-        "TULIP_LLM_LEASE_SECONDS": "1",
+        "TULIP_LLM_LEASE_SECONDS": "2",
     }
     pipeline.start_shards(**settings)
     on_each_shard = {shard_of(("lease", f"u{i}")): ("lease", f"u{i}") for i in range(20)}
