@@ -152,7 +152,8 @@ def test_default_ranking_follows_the_encoder(pg_dsn: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", ["english; DROP TABLE x", "English", "eng'lish", "a b", "", "a.b.c", "x--", 7]
+    "bad",
+    ["english; DROP TABLE x", "English", "eng'lish", "a b", "", "a.b.c", "x--", 7, "english\n"],
 )
 def test_bad_text_search_config_names_are_refused(pg_dsn: str, bad: Any) -> None:
     with pytest.raises(ValueError, match="not a text search configuration name"):

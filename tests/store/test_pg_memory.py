@@ -169,7 +169,7 @@ def test_construction_checks(pg_dsn: str) -> None:
         app_store(pg_dsn, dim=0)
     with pytest.raises(ValueError, match="encoding_cache"):
         app_store(pg_dsn, encoding_cache=-1)
-    for bad in ["x; DROP TABLE y", "Upper", "1abc", "a" * 60, ""]:
+    for bad in ["x; DROP TABLE y", "Upper", "1abc", "a" * 60, "", "memories\n"]:
         with pytest.raises(ValueError, match="not a valid identifier"):
             app_store(pg_dsn, table=bad)
     with pytest.raises(ValueError, match="not a valid identifier"):

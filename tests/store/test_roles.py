@@ -255,3 +255,11 @@ async def test_provisioning_refuses_what_the_app_role_still_owns(postgres: Postg
     finally:
         await op.execute("DROP FUNCTION IF EXISTS public.planted()")
         await op.close()
+
+
+@pytest.mark.parametrize("role, schema", [("tulip_app\n", "public"), ("tulip_app", "public\n")])
+async def test_provisioning_refuses_a_name_that_is_not_an_identifier(
+    postgres: Postgres, role: str, schema: str
+) -> None:
+    with pytest.raises(ValueError, match="not a valid lower-case identifier"):
+        await admin.provision_app_role(postgres.admin_dsn, role, schema=schema)

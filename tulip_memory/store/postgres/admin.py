@@ -31,7 +31,7 @@ from tulip_memory.errors import TenantIsolationError
 log = logging.getLogger(__name__)
 
 OWNER, DML, OPS = "tulip_owner", "tulip_dml", "tulip_ops"
-_ROLE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_ROLE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 # Relations of the schema the application role owns (deployments provisioned before
 # the owner role existed): their ownership moves to the owner.
@@ -83,7 +83,7 @@ async def provision_app_role(
     import asyncpg
 
     for what, ident in (("role", role), ("schema", schema)):
-        if not _ROLE.match(ident) or ident in (OWNER, DML, OPS):
+        if not _ROLE.fullmatch(ident) or ident in (OWNER, DML, OPS):
             raise ValueError(f"{what} {ident!r} is not a valid lower-case identifier")
     conn = await asyncpg.connect(admin_dsn)
     try:

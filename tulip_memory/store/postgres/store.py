@@ -69,9 +69,9 @@ log = logging.getLogger(__name__)
 PGVECTOR_ANN_MAX_DIM = 2000
 _DEFAULT_PG_DIM = 512
 _DEFAULT_ENCODING_CACHE = 1024
-_IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
+_IDENT = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 #: A text search configuration name, optionally schema-qualified (``pg_catalog.english``).
-_TS_CONFIG = re.compile(r"^(?:[a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,62}$")
+_TS_CONFIG = re.compile(r"(?:[a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,62}")
 DEFAULT_TEXT_SEARCH_CONFIG = "english"
 _SUBSTRING_ONLY = (
     "PgMemory: numpy is not installed and no embedder was given, so rows are stored "
@@ -82,7 +82,7 @@ _SUBSTRING_ONLY = (
 
 
 def _validate_ident(name: str, what: str) -> str:
-    if not isinstance(name, str) or not _IDENT.match(name):
+    if not isinstance(name, str) or not _IDENT.fullmatch(name):
         raise ValueError(
             f"{what} {name!r} is not a valid identifier: use lower-case letters, digits "
             "and underscores, starting with a letter or underscore, at most 48 characters"
@@ -91,7 +91,7 @@ def _validate_ident(name: str, what: str) -> str:
 
 
 def _validate_ts_config(name: str) -> str:
-    if not isinstance(name, str) or not _TS_CONFIG.match(name):
+    if not isinstance(name, str) or not _TS_CONFIG.fullmatch(name):
         raise ValueError(
             f"text_search_config {name!r} is not a text search configuration name: use "
             "lower-case letters, digits and underscores, optionally schema-qualified "
