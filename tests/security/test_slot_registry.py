@@ -14,13 +14,16 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from tests.reindex.test_reindex_store import Table, fill
 from tests.support.openai_server import FakeOpenAI
 from tests.support.pg import app_store
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.embeddings.allowlist import EmbedderAllowlist, EmbedderNotAllowed, shown_url
+from tulip_memory.reindex import Reindexer
 from tulip_memory.store import PgMemory
 from tulip_memory.store.postgres.slots import SlotNameError, column
+from tulip_producer.reader import AsyncReader
 
 MODEL = "openai/text-embedding-3-small"
 
@@ -71,6 +74,13 @@ async def store(postgres: Postgres) -> AsyncIterator[PgMemory]:
     await s.close()
 
 
+def allowing(dsn: str, table: str, dim: int, url: str) -> PgMemory:
+    """A store of the application role configured to use :data:`MODEL` at ``url``."""
+    return PgMemory(
+        dsn, table=table, embedder=HashingEmbedder(dim), allowed_embedders=[f"{MODEL}={url}"]
+    )
+
+
 async def tamper(admin_dsn: str, table: str, api_base: str, slot: str = "embedding_9") -> None:
     """What a registry changed behind the code's back looks like: a slot of another
     model at another address, which recall reads."""
@@ -102,12 +112,7 @@ async def test_a_registry_row_naming_an_unconfigured_address_is_refused_and_neve
     finally:
         await reader.close()
     # The same row, for a process configured to use that model there, is followed.
-    allowed = PgMemory(
-        postgres.app_dsn,
-        table=store.table_name,
-        embedder=HashingEmbedder(64),
-        allowed_embedders=[f"{MODEL}={fake_openai.url}"],
-    )
+    allowed = allowing(postgres.app_dsn, store.table_name, 64, fake_openai.url)
     try:
         await allowed.search(("acme", "facts"), "what does the user play?")
         assert len(fake_openai.requests_to("/v1/embeddings")) == 1
@@ -131,3 +136,102 @@ async def test_a_layout_naming_a_column_this_code_never_made_is_refused(
             await reader.put(("acme", "facts"), "k2", "another fact")
     finally:
         await reader.close()
+
+
+def reader_env(postgres: Postgres, table: str, allowed: str = "") -> dict[str, str]:
+    """What a chat backend's Reader is configured with: its own embedder, and
+    ``allowed`` as ``TULIP_EMBED_ALLOWED``."""
+    env = {"TULIP_DATABASE_URL": postgres.app_dsn, "TULIP_MEMORY_TABLE": table}
+    return {**env, "TULIP_EMBED_MODEL": "hashing:64", "TULIP_EMBED_ALLOWED": allowed}
+
+
+async def test_reader_recall_sends_nothing_to_a_registry_address_it_was_not_given(
+    postgres: Postgres, store: PgMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry's model is allowed, but at another address: the row's is refused."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with FakeOpenAI() as attacker:
+        await tamper(postgres.admin_dsn, store.table_name, attacker.url)
+        env = reader_env(postgres, store.table_name, f"{MODEL}=http://embed.internal:8080/v1")
+        reader = AsyncReader.from_env(env)
+        try:
+            with pytest.raises(EmbedderNotAllowed, match="'embedding_9'") as e:
+                await reader.recall(("acme", "users", "u1"), "what does the user play?")
+            assert "not configured to use" in str(e.value)
+        finally:
+            await reader.close()
+        assert attacker.requests == []
+
+
+async def test_reader_recall_refuses_a_registry_row_with_a_name_this_code_never_wrote(
+    postgres: Postgres, store: PgMemory
+) -> None:
+    hostile = "embedding_9 vector(3)); DROP TABLE x; --"
+    conn = await asyncpg.connect(postgres.admin_dsn)
+    try:
+        await conn.execute(
+            f"INSERT INTO {store.table_name}_slots (slot, model, dim) VALUES ($1, 'm', 3)", hostile
+        )
+    finally:
+        await conn.close()
+    reader = AsyncReader.from_env(reader_env(postgres, store.table_name))
+    try:
+        with pytest.raises(SlotNameError, match="refused vector slot") as e:
+            await reader.recall(("acme", "users", "u1"), "cello")
+        assert repr(hostile) in str(e.value)
+    finally:
+        await reader.close()
+
+
+async def test_a_reindex_batch_sends_nothing_to_a_slot_address_changed_mid_job(
+    postgres: Postgres, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job to a model at its own address; the registry row (and the job) then name
+    another. The batch, run by a worker configured for the job's model where it was
+    started (the code a reindex worker's task runs), pauses the job naming the slot,
+    and nothing reaches the other address."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    table = Table(f"rs_{uuid.uuid4().hex[:10]}", postgres.app_dsn, postgres.admin_dsn)
+    owner_side = table.store()
+    await fill(owner_side, ["acme"], 6)
+    owner_side.allow_embedder(MODEL, fake_openai.url)
+    sent: list[tuple[int, int, str]] = []
+    reindexer = Reindexer(owner_side, send=lambda *b: sent.append(b), admin_dsn=table.admin_dsn)
+    job = await reindexer.start(MODEL, tenant="acme", api_base=fake_openai.url, batch=4)
+    probed = len(fake_openai.requests_to("/v1/embeddings"))
+    worker_store = allowing(postgres.app_dsn, table.name, 32, fake_openai.url)
+    try:
+        with FakeOpenAI() as attacker:
+            await table.admin(f"UPDATE {table.name}_slots SET api_base = $1", attacker.url)
+            await table.admin(f"UPDATE {table.name}_reindex_jobs SET api_base = $1", attacker.url)
+            worker = Reindexer(worker_store)
+            assert await worker.run_batch(*sent[0]) == "paused"
+            assert attacker.requests == []
+        paused = await reindexer.progress(job.id)
+        assert paused.job.status == "paused" and paused.ranges_done == 0
+        assert f"vector slot {job.slot!r}" in (paused.job.error or "")
+        assert "not configured to use" in (paused.job.error or "")
+        assert len(fake_openai.requests_to("/v1/embeddings")) == probed  # none from the batch
+    finally:
+        await worker_store.close()
+        await owner_side.close()
+
+
+async def test_a_reindex_job_naming_a_column_this_code_never_made_is_refused(
+    postgres: Postgres,
+) -> None:
+    table = Table(f"rs_{uuid.uuid4().hex[:10]}", postgres.app_dsn, postgres.admin_dsn)
+    store = table.store()
+    await fill(store, ["acme"], 6)
+    sent: list[tuple[int, int, str]] = []
+    reindexer = Reindexer(store, send=lambda *b: sent.append(b), admin_dsn=table.admin_dsn)
+    job = await reindexer.start("hashing:48", tenant="acme", batch=4)
+    hostile = "embedding, content"
+    await table.admin(f"UPDATE {table.name}_reindex_jobs SET slot = $1", hostile)
+    try:
+        with pytest.raises(SlotNameError, match=repr(hostile)):
+            await Reindexer(store).run_batch(*sent[0])
+        with pytest.raises(SlotNameError, match=repr(hostile)):
+            await reindexer.progress(job.id)
+    finally:
+        await store.close()

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from tulip_memory.errors import TulipMemoryError
+from tulip_memory.store.postgres.slots import column
 
 
 class ReindexError(TulipMemoryError):
@@ -55,11 +56,15 @@ class ReindexJob:
 
     @classmethod
     def from_row(cls, r: Any) -> ReindexJob:
+        """The job of a ``<table>_reindex_jobs`` row; its slot names (``slot``, ``''``
+        only while its transaction plans it, and ``previous``) are checked here, as
+        read (:func:`~tulip_memory.store.postgres.slots.column`)."""
         previous = r["previous"]
+        previous = json.loads(previous) if isinstance(previous, str) else dict(previous)
         return cls(
             id=r["id"],
             scope=r["scope"],
-            slot=r["slot"],
+            slot=column(r["slot"]) if r["slot"] != "" else "",
             model=r["model"],
             spec=r["spec"],
             api_base=r["api_base"],
@@ -68,7 +73,7 @@ class ReindexJob:
             planned_rows=r["planned_rows"],
             status=r["status"],
             error=r["error"],
-            previous=json.loads(previous) if isinstance(previous, str) else dict(previous),
+            previous={scope: column(slot) for scope, slot in previous.items()},
             created_at=r["created_at"],
             updated_at=r["updated_at"],
             switched_at=r["switched_at"],

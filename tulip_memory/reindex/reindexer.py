@@ -33,7 +33,13 @@ from tulip_memory.reindex.phases import PhaseObserver, phase
 from tulip_memory.reindex.ranges import KINDS, Range, cut
 from tulip_memory.store.postgres import PgMemory
 from tulip_memory.store.postgres.render import render
-from tulip_memory.store.postgres.slots import ALL_TENANTS, column, slot_index, slot_name
+from tulip_memory.store.postgres.slots import (
+    ALL_TENANTS,
+    Layout,
+    column,
+    slot_index,
+    slot_name,
+)
 from tulip_memory.store.postgres.store import PGVECTOR_ANN_MAX_DIM
 from tulip_memory.store.ranking import vector_or_none
 from tulip_memory.store.validation import validate_namespace
@@ -267,9 +273,11 @@ class Reindexer:
 
     async def _reads(self, conn: Any, scope: str) -> dict[str, str]:
         """The slot recall reads, by layout row of ``scope`` (every row for every
-        tenant)."""
+        tenant); each row's slot names checked as read (:meth:`Layout.from_row`)."""
         rows = await conn.fetch(self.q(sql.LAYOUTS))
-        return {r["scope"]: r["read_slot"] for r in rows if not scope or r["scope"] == scope}
+        return {
+            r["scope"]: Layout.from_row(r).read for r in rows if not scope or r["scope"] == scope
+        }
 
     async def _read_slots(self, conn: Any, scope: str) -> list[str]:
         """The slots recall reads in ``scope``."""
