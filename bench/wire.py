@@ -2,8 +2,9 @@
 
 Each thread is saved turn by turn through a real :class:`~tulip_producer.Producer` on
 an embedded Redis (broker and pending lists), and every message is taken off its queue
-right after by a kombu consumer with late acks, as a worker takes it, so Redis receives
-every copy: the pending entry, the broker message and the broker's unacked copy.
+right after by a kombu consumer with late acks on the shard workers' own transport
+(:mod:`tulip_workers.reliable_redis`), as a worker takes it, so Redis receives every
+copy: the pending entry, the broker message and the broker's unacked copy.
 Bytes are ``INFO stats`` ``total_net_input_bytes`` around each save and its
 consumption, with the worker's trim of the pending list (the INFO calls' own bytes
 subtracted), against the JSON size of what changed (the
@@ -30,8 +31,10 @@ from tulip_memory.delta.diff import diff
 from tulip_memory.state import AgentState
 from tulip_producer import Producer, ProducerSettings
 from tulip_producer.bases import PublishedBases
+from tulip_wire import celeryconfig
 from tulip_wire.endpoints import kombu_url, redis_client
 from tulip_wire.pending import PendingStates
+from tulip_workers import reliable_redis
 
 ENVELOPE = 1024  # the fixed allowance per save of the target: <= 3x change + 1 KiB
 
@@ -89,7 +92,9 @@ def run_thread(
     wire: list[int] = []
     ms: list[float] = []
     thread = f"{name}-{uuid.uuid4().hex[:6]}"
-    with Producer(settings, bases=bases) as producer, Connection(kombu_url(url)) as conn:
+    options = celeryconfig.broker_transport_options  # one priority step: BLMOVE
+    consumer = Connection(kombu_url(url), transport_options=options)
+    with Producer(settings, bases=bases) as producer, consumer as conn:
         queue = conn.SimpleQueue("memory.checkpoint.0")
         producer.checkpoint_saved(thread, states[0], tenant="bench")  # connections warm
         queue.get(timeout=60).ack()
@@ -112,6 +117,7 @@ def run_thread(
 def wire_runs(threads: Sequence[Any]) -> list[WireRun]:
     from tulip_ops.dev.embedded import EmbeddedRedis
 
+    reliable_redis.install()  # consume as a shard worker does
     runs: list[WireRun] = []
     with tempfile.TemporaryDirectory(prefix="tulip-bench-wire-") as d:
         server = EmbeddedRedis(Path(d) / "redis")
