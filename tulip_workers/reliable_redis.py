@@ -10,8 +10,11 @@ transport closes the window the way Redis's own "reliable queue" pattern does:
 - ``BLMOVE <queue> tulip:delivering:<queue> RIGHT LEFT`` takes the message off the
   queue and puts it on the queue's *delivering* list in one atomic step;
 - the unacked-hash write (kombu's ``QoS.append``) takes it off the delivering list in
-  the same ``MULTI`` (:class:`QoS`), so at every instant the message is in exactly
-  one of: the queue, the delivering list, the unacked hash;
+  the same atomic step (:class:`QoS`, ``lua/unacked_from_delivering.lua``), so at every
+  instant the message is in exactly one of: the queue, the delivering list, the unacked
+  hash; the script builds the unacked entry from the list's own item, so the message
+  crosses the wire once (the ``BLMOVE`` reply), not twice more (kombu's entry and an
+  ``LREM`` naming the whole message);
 - what a dead consumer leaves on the delivering list goes back to the head of its
   queue, behind that consumer's unacked messages, in the same atomic step as those
   (``lua/restore_unacked.lua``, run by :mod:`tulip_workers.redelivery` at start);
@@ -29,16 +32,21 @@ reorder a namespace, so :data:`PRIORITY_STEPS` is ``[0]`` for every sender too
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from functools import cached_property
+from pathlib import Path
 from queue import Empty
 from time import monotonic, time
 from typing import Any
 
+import redis
 from kombu import transport as kombu_transports
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
+from redis.commands.core import Script
 
 from tulip_wire.topology import DELIVERING_PREFIX, is_ordered_queue
 
@@ -46,6 +54,8 @@ from tulip_wire.topology import DELIVERING_PREFIX, is_ordered_queue
 SCHEMES = ("redis", "rediss", "sentinel")
 
 log = logging.getLogger(__name__)
+#: Records a delivering list's item as unacked and takes it off the list, by its digest.
+_RECORD = (Path(__file__).parent / "lua" / "unacked_from_delivering.lua").read_text()
 
 
 def delivering_key(global_keyprefix: str, queue: str) -> str:
@@ -54,7 +64,9 @@ def delivering_key(global_keyprefix: str, queue: str) -> str:
 
 
 class QoS(kombu_redis.QoS):  # type: ignore[misc]
-    """kombu's QoS, whose unacked write also takes the message off the delivering list."""
+    """kombu's QoS, whose unacked write also takes the message off the delivering list
+    (the entry is kombu's ``[payload, exchange, routing_key]``, the payload the very
+    bytes the consumer received)."""
 
     def append(self, message: Any, delivery_tag: str) -> None:
         moved = self.channel._take_moved()
@@ -63,12 +75,15 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
             return
         key, item = moved
         delivery = message.delivery_info
-        entry = dumps([message._raw, delivery["exchange"], delivery["routing_key"]])
-        with self.pipe_or_acquire() as pipe:
-            pipe.zadd(self.unacked_index_key, {delivery_tag: time()})
-            pipe.hset(self.unacked_key, delivery_tag, entry)
-            pipe.lrem(key, 1, item)
-            pipe.execute()
+        tail = dumps([delivery["exchange"], delivery["routing_key"]])[1:]  # ,"ex","rk"]
+        prefix = self.channel.global_keyprefix
+        keys = [key, prefix + self.unacked_key, prefix + self.unacked_index_key]
+        digest = hashlib.sha1(item, usedforsecurity=False).hexdigest()
+        args = [delivery_tag, time(), digest, "," + tail]
+        recorded = self.channel.record_unacked(keys=keys, args=args)
+        if not recorded:  # no longer on the list (put back meanwhile): kombu's own write
+            super().append(message, delivery_tag)
+            return
         virtual.QoS.append(self, message, delivery_tag)
 
 
@@ -82,6 +97,12 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         self._moving: tuple[str, str] | None = None  # (queue, delivering key) asked for
         self._moved: tuple[str, bytes] | None = None  # (delivering key, raw item) read
         self._orphans: str | None = None  # (queue) a reply was lost: put its list back
+
+    @cached_property
+    def record_unacked(self) -> Script:
+        """``lua/unacked_from_delivering.lua`` on a client of the channel's pool that
+        sends keys as given (kombu's own client prefixes only a script's first key)."""
+        return redis.Redis(connection_pool=self.pool).register_script(_RECORD)
 
     def _take_moved(self) -> tuple[str, bytes] | None:
         moved, self._moved = self._moved, None

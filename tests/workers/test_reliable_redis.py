@@ -10,6 +10,7 @@ with kombu's own transport (the message is gone) and with ours (it comes back, i
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import time
 import uuid
@@ -201,6 +202,37 @@ def test_the_unacked_write_takes_the_message_off_the_delivering_list(
             conn.drain_events(timeout=5)
         assert seen == [(0, 1)]  # in exactly one place while it runs: the unacked hash
         assert (raw.llen(held), raw.hlen(f"{prefix}unacked")) == (0, 0)
+
+
+def test_the_unacked_entry_is_the_item_received_and_only_that_item_leaves_the_list(
+    reliable: None, redis_url: str, prefix: str
+) -> None:
+    """The script builds kombu's entry from the delivering list's own item (the message
+    is not sent back), and takes that item, by its digest, not whatever is at the left
+    end: here a second consumer's item, moved onto the list after ours."""
+    held = reliable_redis.delivering_key(prefix, QUEUE)
+    with connect(redis_url, prefix) as conn:
+        publish(conn, ["one"])
+        raw = redis.Redis(connection_pool=conn.default_channel.pool)
+        item = raw.lindex(f"{prefix}{QUEUE}", -1)
+        assert isinstance(item, bytes)
+        channel = conn.channel()
+        channel.basic_consume(QUEUE, no_ack=False, callback=lambda m: None, consumer_tag="c")
+        conn.transport.cycle._client_registered(channel, channel.client, "BRPOP")
+        deliver = channel.connection._deliver
+
+        def another_consumer_moves_first(message: Any, queue: str) -> None:
+            raw.lpush(held, b"another consumer's")
+            deliver(message, queue)
+
+        channel.connection._deliver = another_consumer_moves_first
+        channel._brpop_start()
+        assert channel._brpop_read()
+        (entry,) = raw.hvals(f"{prefix}unacked")
+        assert isinstance(entry, bytes)
+        assert entry.startswith(b"[" + item + b",")  # the very bytes received
+        assert json.loads(entry) == [json.loads(item), "memory", QUEUE]
+        assert raw.lrange(held, 0, -1) == [b"another consumer's"]
 
 
 def test_a_live_consumer_takes_back_a_reply_lost_to_a_broken_connection(
