@@ -7,11 +7,13 @@ from celery import Celery
 from tulip_wire.logs import install_for_celery as install_json_logs
 from tulip_workers.readiness import install as install_readiness
 from tulip_workers.redelivery import install as install_redelivery
+from tulip_workers.refusals import install as install_refusals
 
 app = Celery("tulip_memory", include=["tulip_workers.tasks"])
 app.config_from_object("tulip_wire.celeryconfig")
 # Messages Celery refuses before any task runs become dead letters (tulip_workers.refusals).
 app.conf.worker_consumer = "tulip_workers.refusals:Consumer"
+install_refusals()  # and items on a Redis shard queue that are no kombu message at all
 install_redelivery(app)
 install_readiness(app)  # no "ready" before the database answers
 install_json_logs()  # TULIP_LOG_FORMAT=json: our loggers as JSON lines

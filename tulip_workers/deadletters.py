@@ -165,8 +165,14 @@ class DeadLetter:
 
     @property
     def body(self) -> str:
-        """The body as text, exactly as it arrived (empty for a minimal letter)."""
-        return "" if self.raw is None else self.raw.decode("utf-8", "surrogatepass")
+        """The body as text, exactly as it arrived (empty for a minimal letter); bytes
+        that are not UTF-8 (a message refused before any task ran) as escapes."""
+        if self.raw is None:
+            return ""
+        try:
+            return self.raw.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            return self.raw.decode("utf-8", "backslashreplace")
 
     @property
     def minimal(self) -> bool:

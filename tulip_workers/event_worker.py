@@ -315,19 +315,24 @@ class EventWorker(ABC):
         # A letter of no event's own (malformed) takes its id only if no other
         # letter holds it; a digest of its body otherwise.
         digest = forged_event_id(body) if env is None else None
+        letter = await self._file_whole_or_minimal(letter, digest)
+        await self._count(kind)
+        return Outcome(DEAD, letter.event_id, env.key if env else None, attempts, letter.reason)
+
+    async def _file_whole_or_minimal(self, letter: DeadLetter, digest_id: str | None) -> DeadLetter:
+        """File ``letter`` (:meth:`_file_unclaimed`); one that cannot be stored, whatever
+        its content, is replaced by a minimal one. A database that is away is waited for."""
         try:
-            letter = await self._file_unclaimed(letter, digest)
+            return await self._file_unclaimed(letter, digest_id)
         except Exception as e:
             if is_unreachable(e):
                 raise
             log.error(
                 "dead letter of %s not stored (%s); storing a minimal one",
-                event_id,
+                letter.event_id,
                 redact(describe(e)),
             )
-            letter = await self._file_unclaimed(minimal(letter, describe(e)), digest)
-        await self._count(kind)
-        return Outcome(DEAD, letter.event_id, env.key if env else None, attempts, letter.reason)
+            return await self._file_unclaimed(minimal(letter, describe(e)), digest_id)
 
     async def _file(self, letter: DeadLetter) -> None:
         waits = 0
@@ -394,11 +399,13 @@ class EventWorker(ABC):
     async def refused(
         self, raw: bytes, message_id: object, reason: str, queue: str | None = None
     ) -> Outcome:
-        """A message Celery refused before any task body ran (a task name no worker
-        has, a content type the workers do not accept, a body that does not decode
-        into a task's arguments): a minimal dead letter, with no content, under the
-        unknown tenant. Its id is the message's task id when that is readable, else
-        a digest of the body. A database that is away is waited for, in place."""
+        """A message refused before any task body ran (a task name no worker has, a
+        content type the workers do not accept, a body that does not decode into a
+        task's arguments, an item on the queue that is no broker message at all): a
+        dead letter under the unknown tenant holding the bytes that arrived (a minimal
+        one if even that cannot be stored). Its id is the message's task id when that
+        is readable, else a digest of the bytes. A database that is away is waited
+        for, in place."""
         started = time.perf_counter()
         waits = 0
         while True:
@@ -427,7 +434,7 @@ class EventWorker(ABC):
             attempts=0,
             failed_at=datetime.now(UTC),
         )
-        letter = await self._file_unclaimed(minimal(letter), forged_event_id(raw))
+        letter = await self._file_whole_or_minimal(letter, forged_event_id(raw))
         log.error("message %s is a dead letter: %s", letter.event_id, redact(letter.reason))
         await self._count(MALFORMED)
         result = Outcome(DEAD, letter.event_id, None, 0, letter.reason)

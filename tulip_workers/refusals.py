@@ -11,17 +11,24 @@ message back first and stops again, and the shard is stuck for good.
 
 :class:`Consumer` (the workers' ``worker_consumer``) closes both. A message that is not
 a well-formed protocol 2 task message (:func:`check_task_message`) is refused before
-Celery's handler sees it, and every refusal on a shard queue files a minimal dead
-letter first (the task id when readable, sha256, size, reason: nothing of the body)
-through that queue's event worker, then lets Celery ack or reject the message. A
-refusal on another queue is only logged, as Celery does. The database being away is
-waited for up to :data:`FILE_TIMEOUT`; then the message goes back to its queue to be
-refused again, so the consumer thread is never held for good.
+Celery's handler sees it, and every refusal on a shard queue files a dead letter
+first (under the task id when readable, else a digest of the body; the body's bytes
+as they came, sha256, size, reason; a minimal letter without the bytes if even that
+cannot be stored) through that queue's event worker, then lets Celery ack or reject
+the message. A refusal on another queue is only logged, as Celery does. The database
+being away is waited for up to :data:`FILE_TIMEOUT`; then the message goes back to its
+queue to be refused again, so the consumer thread is never held for good.
+
+Below Celery, an item on a Redis shard queue that is no kombu message at all (not
+JSON, no message envelope) made kombu raise on the consumer thread: the worker
+stopped with the item dropped. :func:`install` files those the same way
+(:func:`refuse_item`, called by :mod:`tulip_workers.reliable_redis`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -31,6 +38,7 @@ from celery.exceptions import InvalidTaskError
 from celery.worker.consumer.consumer import Consumer as CeleryConsumer
 from kombu.exceptions import ContentDisallowed, DecodeError
 
+from tulip_workers import reliable_redis
 from tulip_workers.retry import describe
 from tulip_workers.runtime import event_worker_for, runtime
 
@@ -111,22 +119,55 @@ class Consumer(CeleryConsumer):  # type: ignore[misc]
         may now ack or reject it (``False``: it was put back instead). ``failed``:
         also tell Flower the task failed (Celery does for an unknown task itself)."""
         queue = (getattr(message, "delivery_info", None) or {}).get("routing_key")
-        worker = event_worker_for(queue)
-        if worker is None:
-            return True
         task_id = _headers(message).get("id")
         reason = f"{reason} [refused by Celery before any task ran]"
-        try:
-            filing = worker(runtime()).refused(_raw(message), task_id, reason, queue)
-            runtime().run(asyncio.wait_for(filing, FILE_TIMEOUT))
-        except Exception:
-            log.exception("the dead letter of a message refused on %s is not filed", queue)
-            time.sleep(REQUEUE_PAUSE)
+        if not file_refusal(_raw(message), task_id, reason, queue):
             message.reject(requeue=True)
             return False
         if failed and isinstance(task_id, str) and self.event_dispatcher is not None:
             self.event_dispatcher.send("task-failed", uuid=task_id, exception=reason)
         return True
+
+
+def file_refusal(raw: bytes, task_id: object, reason: str, queue: object) -> bool:
+    """File the dead letter of ``raw``, refused on ``queue`` (nothing to file on a queue
+    that is no shard queue); whether it is filed (``False`` after :data:`REQUEUE_PAUSE`:
+    the database stayed away for :data:`FILE_TIMEOUT`, put the message back)."""
+    worker = event_worker_for(queue)
+    if worker is None:
+        return True
+    try:
+        filing = worker(runtime()).refused(raw, task_id, reason, str(queue))
+        runtime().run(asyncio.wait_for(filing, FILE_TIMEOUT))
+    except Exception:
+        log.exception("the dead letter of a message refused on %s is not filed", queue)
+        time.sleep(REQUEUE_PAUSE)
+        return False
+    return True
+
+
+def refuse_item(queue: str, item: bytes, error: BaseException) -> bool:
+    """An item on shard queue ``queue`` that is no kombu message at all (not JSON, no
+    message envelope: Celery never sees it), as a dead letter; whether it is filed
+    (:func:`tulip_workers.reliable_redis.refuse_items_with`)."""
+    reason = f"{describe(error)} [not a kombu message: refused before Celery saw it]"
+    return file_refusal(item, _item_task_id(item), reason, queue)
+
+
+def _item_task_id(item: bytes) -> str | None:
+    """The task id an item names in its headers, when it is JSON that has one."""
+    try:
+        headers = json.loads(item).get("headers")
+        task_id = headers.get("id")
+    except Exception:
+        return None
+    return task_id if isinstance(task_id, str) else None
+
+
+def install() -> None:
+    """Refusals for what never reaches Celery too: items on a Redis shard queue that
+    are no kombu message (:mod:`tulip_workers.reliable_redis`)."""
+    reliable_redis.refuse_items_with(refuse_item)
 
 
 def _headers(message: Any) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from queue import Empty
@@ -61,6 +62,28 @@ _RECORD = (Path(__file__).parent / "lua" / "unacked_from_delivering.lua").read_t
 def delivering_key(global_keyprefix: str, queue: str) -> str:
     """The list holding ``queue``'s message between the pop and the unacked write."""
     return f"{global_keyprefix}{DELIVERING_PREFIX}{queue}"
+
+
+class NotAMessage(Exception):
+    """An item on a queue that kombu cannot read as a message (kombu's Redis transport
+    counts a ``KeyError`` as a connection error: this keeps it the item's fault)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(f"not a kombu message: {type(error).__name__}: {error}")
+        self.error = error
+
+
+class Message(virtual.Message):  # type: ignore[misc]
+    """kombu's Redis message, whose envelope errors are :class:`NotAMessage` when it
+    comes off an ordered queue (:meth:`Channel._deliver_moved`); elsewhere as kombu's."""
+
+    def __init__(self, payload: Any, channel: Any = None, **kwargs: Any) -> None:
+        try:
+            super().__init__(payload, channel=channel, **kwargs)
+        except Exception as e:
+            if getattr(channel, "_moved", None) is None:
+                raise
+            raise NotAMessage(e) from e
 
 
 class QoS(kombu_redis.QoS):  # type: ignore[misc]
@@ -91,6 +114,7 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
     """kombu's Redis channel consuming a lone ordered queue with ``BLMOVE``."""
 
     QoS = QoS
+    Message = Message
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -170,26 +194,42 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         """Hand ``item`` to the consumer; if it fails before kombu recorded it as
         unacked: a broker error leaves it to go back to the head of ``queue`` once
         the connection is back, anything else (not a kombu message: bad JSON, a
-        missing envelope field) drops it, logged, as kombu's own consume would."""
+        missing envelope field) is :meth:`_not_a_message` (kombu's own consume would
+        stop the worker)."""
         self._moved = (target, item)
         try:
-            self.connection._deliver(loads(bytes_to_str(item)), queue)
+            try:
+                payload = loads(bytes_to_str(item))
+            except Exception as e:
+                raise NotAMessage(e) from e
+            self.connection._deliver(payload, queue)
+        except NotAMessage as e:
+            self._not_a_message(queue, target, item, e.error)
         except self.connection_errors:
             if self._moved is not None:
                 self._orphans = queue
             raise
         except Exception as e:
-            if self._moved is not None:
-                self.client.lrem(target, 1, item)
-                log.error(
-                    "dropped a %d-byte item on %s that is not a kombu message: %s",
-                    len(item),
-                    queue,
-                    type(e).__name__,
-                )
-            raise
+            if self._moved is None:
+                raise
+            self._not_a_message(queue, target, item, e)
         finally:
             self._moved = None
+
+    def _not_a_message(self, queue: str, target: str, item: bytes, error: Exception) -> None:
+        """Drop an item that is no kombu message once :data:`_refuse` filed it (its dead
+        letter); one it could not file goes back to the head of ``queue``."""
+        if _refuse is not None and not _refuse(queue, item, error):
+            self._orphans = queue
+            return
+        self.client.lrem(target, 1, item)
+        log.error(
+            "dropped a %d-byte item on %s that is not a kombu message: %s%s",
+            len(item),
+            queue,
+            type(error).__name__,
+            "" if _refuse is not None else " (no dead letter: nothing files them)",
+        )
 
 
 class Transport(kombu_redis.Transport):  # type: ignore[misc]
@@ -206,6 +246,20 @@ class SentinelTransport(kombu_redis.SentinelTransport):  # type: ignore[misc]
     """kombu's Sentinel transport with :class:`SentinelChannel`."""
 
     Channel = SentinelChannel
+
+
+#: Files an item on a shard queue that is no kombu message as a dead letter: (queue,
+#: item, the error), whether it is filed (:func:`refuse_items_with`).
+Refuse = Callable[[str, bytes, Exception], bool]
+_refuse: Refuse | None = None
+
+
+def refuse_items_with(refuse: Refuse | None) -> Refuse | None:
+    """Items on a shard queue that are no kombu message go to ``refuse`` in this process
+    (``None``: dropped, logged); returns the one before."""
+    global _refuse
+    before, _refuse = _refuse, refuse
+    return before
 
 
 def install() -> None:

@@ -2,10 +2,11 @@
 
 A broker client can put anything on a shard queue: a task name no worker has, a
 content type the workers do not accept (pickle), bytes that are not JSON, JSON that
-is not a task's ``[args, kwargs, embed]``. Celery drops each of those itself (a log
-line, then an ack or a reject); here every one must become a minimal dead letter
-with its reason, listed by ``tulip-memory dlq list``, while the shard goes on with
-the normal events behind them, in order.
+is not a task's ``[args, kwargs, embed]``, or (on Redis) an item that is no kombu
+message at all. Celery drops each of those itself (a log line, then an ack or a
+reject; kombu stops the worker on the last); here every one must become a dead letter
+with its reason and the bytes that arrived, listed by ``tulip-memory dlq list``, while
+the shard goes on with the normal events behind them, in order.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ import sys
 import uuid
 from typing import Any
 
+import redis
 from kombu import Connection
 
 from tests.pipeline.conftest import Pipeline
 from tests.pipeline.test_faults import session, shard_of
+from tests.support.pg import dead_raw
+from tulip_ops.dev.embedded import run_async
 from tulip_wire.endpoints import kombu_url
 from tulip_wire.events import SESSION_ENDED, TASKS
 from tulip_wire.routing import ShardRouter
@@ -111,7 +115,8 @@ def test_messages_celery_refuses_are_dead_letters_and_the_shard_goes_on(
     reasons = dead_reasons(dlq_list(pipeline))
     for kind, task_id in rejected.items():
         reason = reasons.get(task_id, "")
-        assert messages[kind][3] in reason and "minimal letter" in reason, (kind, reason)
+        assert messages[kind][3] in reason and "before any task ran" in reason, (kind, reason)
+        assert run_async(dead_raw(pipeline.admin_url, task_id)) == messages[kind][1], kind
 
 
 def dead_reasons(listing: str) -> dict[str, str]:
@@ -124,3 +129,47 @@ def dead_reasons(listing: str) -> dict[str, str]:
         elif event_id:
             reasons[event_id] = line.strip()
     return reasons
+
+
+def not_kombu_messages() -> dict[str, bytes]:
+    """By kind: items a Redis client can push onto a shard queue that are no kombu
+    message at all, so Celery never sees them."""
+    return {
+        "not JSON": b"\x00\xffnot json at all",
+        "JSON, no envelope": b'{"body": "eA=="}',
+        "not an object": b"[1, 2, 3]",
+    }
+
+
+def test_items_that_are_not_kombu_messages_are_dead_letters_and_the_shard_goes_on(
+    pipeline: Pipeline,
+) -> None:
+    ns = ("acme", "users", "after-raw-items")
+    k = shard_of(ns)
+    queue = ShardRouter("memory.extract", 2).queues()[k]
+    pipeline.start_shard(k)
+    items = not_kombu_messages()
+    broker = redis.Redis.from_url(pipeline.broker_url)
+    with pipeline.producer() as producer:
+        first = producer.session_ended(ns, "t", session(0, "grey"))
+        assert producer.flush(timeout=30)
+        for item in items.values():
+            broker.lpush(queue, item)
+        colours = ["red", "green", "blue"]
+        ids = [producer.session_ended(ns, "t", session(i, c)) for i, c in enumerate(colours, 1)]
+        assert producer.flush(timeout=30)
+    digests = {kind: hashlib.sha256(item).hexdigest()[:32] for kind, item in items.items()}
+    with pipeline.reader() as reader:
+        pipeline.wait_applied(reader, [first, *ids], "acme", timeout=90)
+        pipeline.wait_applied(reader, list(digests.values()), UNKNOWN_TENANT, timeout=30)
+        states = [reader.status(e, tenant="acme").state for e in [first, *ids]]
+        found = {m.key: m.content for m in reader.recall(ns, None)}
+    assert states == ["applied"] * 4
+    assert "blue" in found["favourite-colour"]
+    reasons = dead_reasons(dlq_list(pipeline))
+    for kind, event_id in digests.items():
+        assert "not a kombu message" in reasons.get(event_id, ""), (kind, reasons)
+    for kind, item in items.items():
+        assert run_async(dead_raw(pipeline.admin_url, digests[kind])) == item, kind
+    worker = pipeline.workers.started[-1].proc
+    assert worker is not None and worker.poll() is None  # the worker never stopped

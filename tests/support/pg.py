@@ -24,12 +24,25 @@ def app_store(dsn: str, **kwargs: Any) -> PgMemory:
 
 async def dead_reason(admin_dsn: str, event_id: str) -> str:
     """The full reason of a dead letter (the ledger and status hold a redacted one)."""
+    return str(await _dead_field(admin_dsn, event_id, "reason"))
+
+
+async def dead_raw(admin_dsn: str, event_id: str) -> bytes | None:
+    """The body a dead letter kept, as the bytes that arrived (None: a minimal letter)."""
+    raw = await _dead_field(admin_dsn, event_id, "raw", allow_null=True)
+    return None if raw is None else bytes(raw)
+
+
+async def _dead_field(
+    admin_dsn: str, event_id: str, column: str, *, allow_null: bool = False
+) -> Any:
     conn = await asyncpg.connect(admin_dsn)
     try:
-        reason = await conn.fetchval(
-            "SELECT reason FROM public.tulip_dead_letters WHERE event_id = $1", event_id
+        row = await conn.fetchrow(
+            f"SELECT {column} FROM public.tulip_dead_letters WHERE event_id = $1", event_id
         )
     finally:
         await conn.close()
-    assert reason is not None, f"no dead letter {event_id}"
-    return str(reason)
+    assert row is not None, f"no dead letter {event_id}"
+    assert allow_null or row[0] is not None, f"dead letter {event_id} has no {column}"
+    return row[0]

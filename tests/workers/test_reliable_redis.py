@@ -266,18 +266,48 @@ def test_a_connection_dropped_with_the_reply_unread_gives_the_message_back(
         assert raw.llen(reliable_redis.delivering_key(prefix, QUEUE)) == 0
 
 
-def test_an_item_that_is_no_kombu_message_is_dropped_not_retried_forever(
-    reliable: None, redis_url: str, prefix: str, caplog: pytest.LogCaptureFixture
+@pytest.fixture
+def refusals() -> Iterator[list[tuple[str, bytes, str]]]:
+    """What is handed over as no kombu message: (queue, item, error class); the first
+    one is refused (not filed), every later one filed."""
+    seen: list[tuple[str, bytes, str]] = []
+
+    def refuse(queue: str, item: bytes, error: Exception) -> bool:
+        seen.append((queue, item, type(error).__name__))
+        return len(seen) > 1
+
+    before = reliable_redis.refuse_items_with(refuse)
+    try:
+        yield seen
+    finally:
+        reliable_redis.refuse_items_with(before)
+
+
+def test_an_item_that_is_no_kombu_message_is_handed_over_then_dropped_and_the_queue_goes_on(
+    reliable: None,
+    redis_url: str,
+    prefix: str,
+    refusals: list[tuple[str, bytes, str]],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Not JSON, and JSON without kombu's envelope (kombu's Redis transport counts that
+    KeyError as a connection error): each is handed over; one not filed comes back
+    first, one filed is gone, and the message behind them is delivered."""
+    items = [b"\x00 not json", b'{"body": "eA=="}']
     with connect(redis_url, prefix) as conn:
         publish(conn, ["after"])
         raw = redis.Redis(connection_pool=conn.default_channel.pool)
-        raw.rpush(f"{prefix}{QUEUE}", b"\x00 not json")  # the head: consumed first
-        with pytest.raises(ValueError):
-            consume(conn, 1)
-        assert raw.llen(reliable_redis.delivering_key(prefix, QUEUE)) == 0
-        assert "not a kombu message" in caplog.text
+        for item in reversed(items):
+            raw.rpush(f"{prefix}{QUEUE}", item)  # the head (consumed first): items[0]
         assert consume(conn, 1) == ["after"]
+        assert raw.llen(reliable_redis.delivering_key(prefix, QUEUE)) == 0
+        assert raw.llen(f"{prefix}{QUEUE}") == 0
+    assert refusals == [
+        (QUEUE, items[0], "JSONDecodeError"),  # not filed: back at the head
+        (QUEUE, items[0], "JSONDecodeError"),
+        (QUEUE, items[1], "KeyError"),
+    ]
+    assert caplog.text.count("not a kombu message") == 2
 
 
 def test_other_queues_keep_kombus_consume(reliable: None, redis_url: str, prefix: str) -> None:
