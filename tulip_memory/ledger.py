@@ -21,7 +21,8 @@ from tulip_memory.store.postgres.render import render
 
 TABLE = "public.tulip_event_ledger"
 APPLIED, DEAD, REPLAYING = "applied", "dead", "replaying"
-#: Recorded, but its writes lost to a newer event of its key under the sequence fence.
+#: Recorded, but the sequence fence kept (some of) its writes out: a newer event's rows
+#: (or, for memories, a fact observed later) stand.
 SUPERSEDED = "superseded"
 #: A worker is done with the event: a redelivery changes nothing.
 DONE = (APPLIED, SUPERSEDED, DEAD)
@@ -114,6 +115,9 @@ ON CONFLICT (tenant, event_id) DO UPDATE SET
     status = 'dead', reason = EXCLUDED.reason, attempts = l.attempts + EXCLUDED.attempts,
     updated_at = now()
 WHERE l.status NOT IN ('applied', 'superseded')"""
+_SUPERSEDED = f"""
+UPDATE {TABLE} SET status = 'superseded', updated_at = now()
+WHERE tenant = $1 AND event_id = $2 AND status = 'applied'"""
 _REPLAYING = f"""
 UPDATE {TABLE} SET status = 'replaying', updated_at = now()
 WHERE tenant = $1 AND event_id = $2 AND status = 'dead' RETURNING 1"""
@@ -184,6 +188,11 @@ class EventLedger(FixedTable):
         status = SUPERSEDED if superseded else APPLIED
         args = (tenant, event_id, type, key, seq, attempts, memories, status)
         return await conn.fetchrow(_CLAIM, *args) is not None
+
+    async def supersede(self, conn: Any, event_id: str, *, tenant: str) -> None:
+        """Record ``tenant``'s event, claimed in this transaction, as ``superseded``:
+        the sequence fence kept (some of) its writes out."""
+        await conn.execute(_SUPERSEDED, tenant, event_id)
 
     async def record_dead(
         self,

@@ -212,12 +212,12 @@ class AsyncReader:
         return [TurnHit(m.score, m.turn, m.position, m.text, m.metadata) for m in matches]
 
     async def status(self, event_id: str, *, tenant: str) -> EventStatus:
-        """``applied``, ``superseded`` (recorded, but its writes lost to a newer event
-        of its key under the sequence fence: a replay, a late redelivery) or ``dead``
-        (with the reason's class, length and hash) once a worker is done with
-        ``tenant``'s event; ``pending`` while it is on its way;
-        ``unknown`` for an id no producer published for ``tenant`` through this Redis
-        (see :mod:`tulip_wire.published`). Another tenant's event id gets exactly the
+        """``applied``, ``superseded`` (recorded, but the sequence fence kept some of
+        its writes out: a replay, a late redelivery, history stating an older fact) or
+        ``dead`` (with the reason's class, length and hash) once a worker is done with
+        ``tenant``'s event; ``pending`` while it is on its way; ``unknown`` for an id
+        no producer published for ``tenant`` through this Redis (see
+        :mod:`tulip_wire.published`). Another tenant's event id gets exactly the
         answer of an id nobody published: the ledger row is under row-level security
         and the published marker must name ``tenant``. A reader without Redis cannot
         tell pending from unknown and says ``pending``."""

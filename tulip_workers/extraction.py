@@ -3,8 +3,10 @@ session's turns together with the event's ledger row, exactly once, in order.
 
 The whole effect of an event (memory upserts fenced by its sequence number, pruning,
 turns, the ledger row) commits in one transaction, so a redelivered event is a no-op
-and an older event never overwrites what a newer one wrote (its outcome is then
-``superseded``).
+and an older event never overwrites what a newer one wrote, nor a fact observed
+earlier one observed later. When the fence keeps any of an event's memory rows out
+(the upsert wrote fewer rows than it was given), its outcome, and its ledger row, is
+``superseded``, never ``applied``.
 """
 
 from __future__ import annotations
@@ -59,9 +61,6 @@ class ExtractionWorker(EventWorker):
             _, completion = await self.store.prepare_event([], done)
         try:
             async with self.store.transaction(ns[0]) as tx:
-                newest = await self.ledger.newest_applied_seq(
-                    tx.conn, env.type, env.key, tenant=ns[0]
-                )
                 claimed = await self.ledger.claim(
                     tx.conn,
                     tenant=ns[0],
@@ -71,12 +70,12 @@ class ExtractionWorker(EventWorker):
                     seq=env.seq,
                     attempts=attempt,
                     memories=len(items),
-                    superseded=_fenced(env.seq, newest),
                 )
                 if not claimed:
                     raise AlreadyApplied
+                kept_out = 0
                 if batch is not None:
-                    await tx.write(batch, source_seq=env.seq)
+                    kept_out = await tx.write(batch, source_seq=env.seq)
                 if turns is not None:
                     await tx.write_turns(turns, source_seq=env.seq)
                 if completion is not None and session.completes is not None:
@@ -84,9 +83,11 @@ class ExtractionWorker(EventWorker):
                     await tx.write_turns(completion, source_seq=seq, replace=True)
                 for kind in {m.type.value for m in memories}:
                     await tx.prune((*ns, kind), self.max_memories)
+                if kept_out:
+                    await self.ledger.supersede(tx.conn, env.id, tenant=ns[0])
         except AlreadyApplied:
             return DUPLICATE
-        return SUPERSEDED if _fenced(env.seq, newest) else APPLIED
+        return SUPERSEDED if kept_out else APPLIED
 
     async def _turns(
         self,
@@ -114,13 +115,6 @@ class ExtractionWorker(EventWorker):
                 except (KeyError, TypeError, ValueError):
                     continue  # a row written outside the pipeline, not a memory
         return out
-
-
-def _fenced(seq: int | None, newest: int | None) -> bool:
-    """Whether a newer event of the key was applied first: this one's writes then lose
-    to its rows under the sequence fence (a replay, a late redelivery, or a forged
-    event that took a high seq), so its outcome is ``superseded``, not ``applied``."""
-    return seq is not None and newest is not None and seq < newest
 
 
 def stamped(messages: Sequence[Message], clock: Clock) -> list[Message]:

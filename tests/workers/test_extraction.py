@@ -37,9 +37,10 @@ FAST = RetryPolicy(attempts=3, base=0.01, cap=0.02)
 TABLE = f"extraction_{uuid.uuid4().hex[:8]}"  # 384-wide: a table of this module's own
 
 
-def event(ns: tuple[str, ...], *texts: str, seq: int = 1) -> Envelope:
+def event(ns: tuple[str, ...], *texts: str, seq: int = 1, ago: float = 0.0) -> Envelope:
+    """A session saying ``texts``, published (and so observed) ``ago`` seconds ago."""
     msgs = [Message(role=Role.USER, content=t) for t in texts]
-    return session_ended(ns, "thread-1", msgs, ts=time.time()).with_seq(seq)
+    return session_ended(ns, "thread-1", msgs, ts=time.time() - ago).with_seq(seq)
 
 
 @pytest.fixture
@@ -71,17 +72,43 @@ async def test_applies_once_and_recall_finds_it(
     assert item is not None and item.version == 1  # the redelivery wrote nothing
 
 
-async def test_an_older_event_never_overwrites_a_newer_fact(
-    store: PgMemory, reader: AsyncReader, tenant: str
+@pytest.mark.parametrize(
+    ("green", "blue"),
+    [((2, 0.0), (1, 0.0)), ((1, 0.0), (2, 86_400.0))],
+    ids=["older-event", "newer-event-older-fact"],  # a late replay; history imported
+)
+async def test_a_write_the_fence_keeps_out_is_superseded(
+    store: PgMemory,
+    reader: AsyncReader,
+    tenant: str,
+    green: tuple[int, float],
+    blue: tuple[int, float],
 ) -> None:
+    """(seq, seconds ago) of each event: green, applied first, is the newer event, or
+    states the fact observed later. The fence keeps it, and blue's outcome says so."""
     worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
-    ns = (tenant, "users", "u2")
-    newer = event(ns, "Actually, my favourite colour is green.", seq=2)
-    older = event(ns, "My favourite colour is blue.", seq=1)
-    assert await worker.handle(encode(newer)) == APPLIED
-    assert await worker.handle(encode(older)) == SUPERSEDED  # late replay: recorded, fenced
+    ns = (tenant, "users", f"u2-{green[0]}")
+    kept = event(ns, "Actually, my favourite colour is green.", seq=green[0], ago=green[1])
+    late = event(ns, "My favourite colour is blue.", seq=blue[0], ago=blue[1])
+    assert await worker.handle(encode(kept)) == APPLIED
+    assert await worker.handle(encode(late)) == SUPERSEDED  # recorded, fenced
     recalled = await reader.recall(ns, "favourite colour")
     assert "green" in recalled[0].content and "blue" not in recalled[0].content
+    assert (await reader.status(late.id, tenant=tenant)).state == "superseded"
+
+
+async def test_an_older_event_whose_writes_all_land_is_applied(
+    store: PgMemory, reader: AsyncReader, tenant: str
+) -> None:
+    """Late, but about a fact the newer event did not state: nothing was kept out."""
+    worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
+    ns = (tenant, "users", "u8")
+    newer = event(ns, "My favourite colour is green.", seq=2)
+    older = event(ns, "I work as a nurse.", seq=1)
+    assert await worker.handle(encode(newer)) == APPLIED
+    assert await worker.handle(encode(older)) == APPLIED
+    assert (await reader.status(older.id, tenant=tenant)).state == "applied"
+    assert "nurse" in " ".join(m.content for m in await reader.recall(ns, "work"))
 
 
 @pytest.mark.parametrize(

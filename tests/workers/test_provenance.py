@@ -20,7 +20,7 @@ from tulip_memory.messages import Message, Role
 from tulip_memory.store import PgMemory
 from tulip_producer.reader import AsyncReader
 from tulip_wire.events import encode, session_ended
-from tulip_workers.extraction import APPLIED, ExtractionWorker
+from tulip_workers.extraction import APPLIED, SUPERSEDED, ExtractionWorker
 from tulip_workers.extractors import LLMStep, heuristic
 from tulip_workers.retry import RetryPolicy
 
@@ -119,20 +119,22 @@ async def test_history_imported_behind_live_traffic_never_replaces_a_later_fact(
     worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
     ns = (tenant, "users", "maya")
 
-    async def said(seq: int, year: int, text: str) -> None:
+    async def said(seq: int, year: int, text: str) -> str:
         when = datetime(year, 5, 8, tzinfo=UTC).timestamp()
         msgs = [Message(role=Role.USER, content=text)]
         env = session_ended(ns, "chat", msgs, {"timestamp": when}, ts=2e9).with_seq(seq)
-        assert await worker.handle(encode(env), env.id) == APPLIED
+        return await worker.handle(encode(env), env.id)
 
-    await said(1, 2025, "My favourite colour is green.")  # live
-    await said(2, 2023, "My favourite colour is blue. My home city is Porto.")  # imported
+    assert await said(1, 2025, "My favourite colour is green.") == APPLIED  # live
+    # Imported: its colour is kept out by the fence (so its outcome says so), its city lands.
+    imported = await said(2, 2023, "My favourite colour is blue. My home city is Porto.")
+    assert imported == SUPERSEDED
     found = {m.key: m.content for m in await AsyncReader(store).recall(ns, None)}
     assert found == {
         "favourite-colour": "The user's favourite colour is green.",
         "home-city": "The user's home city is Porto.",  # what only the history says
     }
-    await said(3, 2026, "Actually, my favourite colour is red.")  # live again
+    assert await said(3, 2026, "Actually, my favourite colour is red.") == APPLIED  # live again
     (colour,) = [
         m for m in await AsyncReader(store).recall(ns, None) if m.key == "favourite-colour"
     ]

@@ -127,8 +127,10 @@ class PgWriter:
             self._layout = await self.slots.layout_in(self.conn, self.tenant, self.version)
         return self._layout
 
-    async def write(self, batch: PreparedBatch, *, source_seq: int | None = None) -> None:
-        """Upsert ``batch``; with ``source_seq``, rows written by a newer event win."""
+    async def write(self, batch: PreparedBatch, *, source_seq: int | None = None) -> int:
+        """Upsert ``batch``; with ``source_seq``, rows written by a newer event (or
+        stating a fact observed later) win. Returns how many of the batch's rows the
+        fence kept out (``0`` without ``source_seq``)."""
         if batch.tenant != self.tenant:
             raise ValueError(
                 f"batch of tenant {batch.tenant!r} in a transaction of {self.tenant!r}"
@@ -138,7 +140,9 @@ class PgWriter:
         fenced = source_seq is not None
         statement = self.slots.upsert_sql(layout.write, fenced=fenced)
         seq = (source_seq,) if fenced else ()
-        await self.conn.execute(statement, *batch.args(), *seq, *vector_args(vectors))
+        status = await self.conn.execute(statement, *batch.args(), *seq, *vector_args(vectors))
+        # "INSERT 0 n": n rows inserted or updated; a row the fence's WHERE kept is not.
+        return len(batch.rows) - int(status.split()[-1])
 
     async def write_turns(
         self, turns: PreparedTurns, *, source_seq: int | None = None, replace: bool = False
