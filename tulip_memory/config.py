@@ -18,6 +18,7 @@ from tulip_memory import env as lib
 from tulip_memory.embeddings import embedder_from_config
 from tulip_memory.embeddings.allowlist import EmbedderAllowlist
 from tulip_memory.store import PgMemory
+from tulip_memory.store.postgres.store import DEFAULT_POOL_SIZE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,8 +57,9 @@ class StoreSettings:
             )
         return self.database_url
 
-    def store(self, *, migrator: str | None = None) -> PgMemory:
-        """The configured store; ``migrator`` (an administrator DSN) migrates its table."""
+    def store(self, *, migrator: str | None = None, pool_size: int = DEFAULT_POOL_SIZE) -> PgMemory:
+        """The configured store; ``migrator`` (an administrator DSN) migrates its table;
+        ``pool_size``: its connections at most."""
         return PgMemory(
             self.require_database_url(),
             table=self.table,
@@ -66,6 +68,7 @@ class StoreSettings:
             ),
             migrator=migrator,
             allowed_embedders=self.embed_allowed,
+            pool_size=pool_size,
         )
 
 

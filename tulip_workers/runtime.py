@@ -16,6 +16,7 @@ from tulip_memory.credentials import redact_url
 from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.reindex import Reindexer
 from tulip_wire.endpoints import redis_client
+from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED
 from tulip_wire.pending import PendingStates, pending_states
 from tulip_wire.signing import Signer, signer_of
 from tulip_wire.topology import (
@@ -30,7 +31,7 @@ from tulip_workers.extraction import ExtractionWorker
 from tulip_workers.extractors import Extractor, LLMStep, SlotFactory, heuristic
 from tulip_workers.keyed import KeyOrder
 from tulip_workers.retry import RetryPolicy
-from tulip_workers.settings import WorkerSettings
+from tulip_workers.settings import WorkerSettings, pool_size
 from tulip_workers.summarizer import SummaryScheduler, SummaryWorker
 from tulip_workers.tally import DeadLetterTally
 
@@ -62,7 +63,7 @@ class WorkerRuntime:
             if self._extraction is None:
                 s = self.settings
                 self._extraction = ExtractionWorker(
-                    store=s.store.store(),
+                    store=s.store.store(pool_size=pool_size(s.concurrency[SESSION_ENDED])),
                     extractor=_extractor(s),
                     claims=_claims(s),
                     signer=_signer(s),
@@ -76,7 +77,7 @@ class WorkerRuntime:
             if self._checkpoints is None:
                 s = self.settings
                 self._checkpoints = CheckpointWorker(
-                    store=s.store.store(),
+                    store=s.store.store(pool_size=pool_size(s.concurrency[CHECKPOINT_SAVED])),
                     checkpointer=checkpointer_of(s),
                     pending=_pending(s),
                     claims=_claims(s),

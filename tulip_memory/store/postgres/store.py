@@ -113,6 +113,10 @@ def _numpy() -> Any:
     return np if importlib.util.find_spec("numpy") is not None else None
 
 
+#: Connections of a store's pool at most, unless it is told otherwise.
+DEFAULT_POOL_SIZE = 10
+
+
 class PgMemory(BatchFirstStore):
     """Postgres + pgvector memory store with per-tenant row-level security."""
 
@@ -125,7 +129,7 @@ class PgMemory(BatchFirstStore):
         embedder: EmbedderLike | None = None,
         encoding_cache: int = _DEFAULT_ENCODING_CACHE,
         schema: str = "public",
-        pool_size: int = 10,
+        pool_size: int = DEFAULT_POOL_SIZE,
         allow_rls_bypass: bool = False,
         text_search_config: str = DEFAULT_TEXT_SEARCH_CONFIG,
         ranking: HybridRanking | None = None,
