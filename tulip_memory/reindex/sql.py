@@ -15,9 +15,10 @@ from __future__ import annotations
 JOB_COLS = """id, scope, slot, model, spec, api_base, dim, batch, planned_rows, status, error,
 previous, created_at, updated_at, switched_at, finalized_at"""
 
-#: What the application role reads of a job (the columns migration 14 grants it).
-APP_JOB_COLS = """id, scope, slot, model, spec, api_base, dim, batch, planned_rows, status,
-NULL::text AS error, '{}'::jsonb AS previous, created_at, updated_at, switched_at, finalized_at"""
+#: What the application role reads of a job (the columns migrations 14 and 15 leave it).
+APP_JOB_COLS = """id, scope, slot, model, spec, api_base, dim, batch, 0::bigint AS planned_rows,
+status, NULL::text AS error, '{}'::jsonb AS previous, created_at, updated_at, switched_at,
+finalized_at"""
 
 OPEN_JOBS = f"SELECT {JOB_COLS} FROM {{t}}_reindex_jobs WHERE status <> 'finalized' ORDER BY id"
 

@@ -381,6 +381,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "reindex layouts, jobs and ranges are their tenant's, under forced row-level security",
         _reindex_tenancy(),
     ),
+    Migration(
+        15,
+        "a reindex job's row count is the operator's",
+        # An all-tenants job's count sums every tenant's rows; batches never read it.
+        ("REVOKE SELECT (planned_rows) ON {t}_reindex_jobs FROM tulip_dml",),
+    ),
 )
 
 
