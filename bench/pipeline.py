@@ -15,6 +15,10 @@ one run:
 3. A no-op Celery task with the workers' settings (``tulip_wire.celeryconfig``: acks_late,
    prefetch 1, task events) on solo workers and the same broker: the Celery/broker
    floor. Queues are filled behind a gate task first, so publishing is not timed.
+4. Celery's own efficiency at L, the baseline of 2.: plain ``apply_async`` of a task
+   that only sleeps L, as many tasks as events, round-robin onto the same number of
+   solo workers (same settings and broker), timed like 2. from the first publish until
+   the last task ran. 2.'s efficiency is also shown as a ratio to this one.
 
 Usage: python -m bench.pipeline [--quick] [--events 300] [--shards 2 4] [--latency 0.2]
                                 [--admin-dsn DSN] [--broker-url URL]
@@ -147,6 +151,12 @@ def gate(key: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not client.blpop([key], 1) and time.monotonic() < deadline:
         pass
+
+
+@app.task(name="bench.sleep")  # type: ignore[untyped-decorator]
+def sleep(seconds: float) -> None:
+    """Celery's own baseline: a task that only waits as long as the model stub."""
+    time.sleep(seconds)
 
 
 @app.task(name="bench.mark")  # type: ignore[untyped-decorator]
@@ -489,17 +499,26 @@ class Run:
     """``items`` events (or no-op tasks) over ``shards`` shards in ``seconds``."""
 
     shards: int
-    latency: float | None  # the model stub's; None for the no-op task
+    latency: float | None  # the model stub's (or the sleep's); None for the no-op task
     items: int
     seconds: float
     cpu: Cpu
     calls: dict[str, float]
     publish: tuple[float, ...] = ()
+    #: Celery's own baseline (a task that only sleeps L), not the pipeline.
+    celery: bool = False
 
     @property
     def label(self) -> str:
         what = "no-op task" if self.latency is None else f"L = {self.latency:g} s"
+        if self.celery:
+            what = f"sleep({self.latency:g} s)"
         return f"{self.shards} shards, {what}"
+
+    @property
+    def efficiency(self) -> float | None:
+        """Items/s against the ideal shards / L (None without an L)."""
+        return self.rate * self.latency / self.shards if self.latency else None
 
     @property
     def rate(self) -> float:
@@ -598,6 +617,29 @@ def measure_noop(bench: Bench, pool: WorkerPool, publisher: Celery, shards: int,
     return Run(shards, None, items, finished - opened, cpu, per_item(calls, items))
 
 
+# --- 4. Celery's own efficiency at L ------------------------------------------------
+
+
+def measure_celery(bench: Bench, pool: WorkerPool, shards: int, latency: float, tasks: int) -> Run:
+    """``apply_async`` of ``tasks`` sleep(L) tasks round-robin onto ``shards`` queues,
+    then a mark task on each; from the first publish until the last mark ran."""
+    tag = uuid.uuid4().hex[:8]
+    queues = [noop_queue(k) for k in range(shards)]
+    marks = [f"{BENCH_KEY}mark:{tag}:{k}" for k in range(shards)]
+    calls = redis_calls(bench.redis)
+    with noop_app(bench.services.broker_url).connection_for_write() as connection:
+        meter = CpuMeter(pool.pids, bench.servers)
+        started = time.time()
+        for i in range(tasks):
+            sleep.apply_async(args=[latency], queue=queues[i % shards], connection=connection)
+        for queue, key in zip(queues, marks, strict=True):
+            mark.apply_async(args=[key], queue=queue, connection=connection)
+    finished = max(wait_mark(bench.redis, key, pool) for key in marks)
+    cpu = meter.stop()
+    calls = redis_calls(bench.redis) - calls
+    return Run(shards, latency, tasks, finished - started, cpu, per_item(calls, tasks), celery=True)
+
+
 def wait_entered(client: redis.Redis, gates: list[str], pool: WorkerPool) -> None:
     deadline = time.monotonic() + WARMUP_TIMEOUT
     while not all(client.exists(f"{key}:entered") for key in gates):
@@ -636,6 +678,7 @@ class Report:
     pipeline: list[Run]
     bare: list[Run]  # L = 0
     noop: list[Run]
+    celery: list[Run]  # sleep(L) tasks, when L > 0
 
     @property
     def pipeline_runs(self) -> list[Run]:
@@ -706,11 +749,29 @@ def print_noop(report: Report) -> None:
         )
 
 
+def print_celery(report: Report) -> None:
+    o = report.options
+    print(
+        f"\n4. Celery's own at L = {o.latency:g} s: apply_async of a task that only sleeps L,"
+        f" {o.events} a run, the same solo workers' settings; first publish -> last task ran"
+    )
+    print(
+        f"  {'':24} {'tasks/s':>9} {'ideal N/L':>10} {'efficiency':>11}"
+        f" {'ours':>8} {'ours / Celery':>14}"
+    )
+    for celery, ours in zip(report.celery, report.pipeline, strict=True):
+        mine, theirs = ours.efficiency or 0.0, celery.efficiency or 0.0
+        print(
+            f"  {celery.label:24} {celery.rate:9.2f} {celery.shards / o.latency:10.2f}"
+            f" {theirs:11.3f} {mine:8.3f} {mine / theirs:14.3f}"
+        )
+
+
 def print_budget(report: Report) -> None:
     """Per shard, per event: the model, the rest, and the rest's parts."""
     latency = report.options.latency
     runs = list(zip(report.pipeline, report.bare, report.noop, strict=True))
-    print("\n4. Where a shard's time goes, ms per event")
+    print("\n5. Where a shard's time goes, ms per event")
     print(f"  {'':46}" + "".join(f" {f'{full.shards} shards':>10}" for full, _, _ in runs))
     rows: list[tuple[str, Callable[[Run, Run, Run], float]]] = [
         ("one event at L (wall time of its shard)", lambda f, b, n: f.ms_per_item),
@@ -734,14 +795,14 @@ def _ceiling(run: Run) -> float:
 
 def print_cpu(report: Report) -> None:
     print(
-        "\n5. CPU ms per event (per task for no-ops), by process;"
+        "\n6. CPU ms per event (per task for no-ops), by process;"
         " host = load on the machine that is not the bench's"
     )
     print(
         f"  {'':24} {'workers':>8} {'redis':>7} {'postgres':>9} {'bench':>7}"
         f" {'ours':>7} {'host':>7} {'busy':>6}"
     )
-    for run in report.pipeline_runs + report.noop:
+    for run in report.pipeline_runs + report.noop + report.celery:
         c = run.cpu
         cells = (c.workers, c.redis, c.postgres, c.bench, c.ours, c.unrelated)
         widths = (8, 7, 9, 7, 7, 7)
@@ -750,8 +811,8 @@ def print_cpu(report: Report) -> None:
             + "".join(f" {run.cpu_ms(v):{w}.2f}" for v, w in zip(cells, widths, strict=True))
             + f" {100 * c.busy:5.0f}%"
         )
-    for run in report.pipeline_runs + report.noop:
-        per = "task" if run.latency is None else "event"
+    for run in report.pipeline_runs + report.noop + report.celery:
+        per = "task" if run.latency is None or run.celery else "event"
         print(calls_line(f"per {per}, {run.label}", run.calls))
 
 
@@ -767,6 +828,7 @@ def print_report(report: Report) -> None:
     print_pipeline(report)
     print_noop(report)
     if o.latency > 0:
+        print_celery(report)
         print_budget(report)
     print_cpu(report)
 
@@ -839,8 +901,8 @@ def run(stack: contextlib.ExitStack, options: Options) -> Report:
     progress(f"publish latency: {options.publishes} samples ...")
     publish = measure_publish(bench, options.publishes)
     pipeline, bare = run_pipeline(bench, options)
-    noop = run_noop(bench, options, stack)
-    return Report(options, services, publish, pipeline, bare, noop)
+    noop, celery = run_noop(bench, options, stack)
+    return Report(options, services, publish, pipeline, bare, noop, celery)
 
 
 def run_pipeline(bench: Bench, options: Options) -> tuple[list[Run], list[Run]]:
@@ -865,10 +927,13 @@ def run_pipeline(bench: Bench, options: Options) -> tuple[list[Run], list[Run]]:
     return runs[options.latency], runs[0.0]
 
 
-def run_noop(bench: Bench, options: Options, stack: contextlib.ExitStack) -> list[Run]:
+def run_noop(
+    bench: Bench, options: Options, stack: contextlib.ExitStack
+) -> tuple[list[Run], list[Run]]:
+    """The no-op floor, and (L > 0) Celery's own sleep(L) baseline, on the same workers."""
     publisher = noop_app(bench.services.broker_url)
     stack.callback(publisher.close)
-    runs = []
+    runs, celery = [], []
     with WorkerPool(bench.services.tmp / "logs", bench.worker_env()) as pool:
         for k in range(bench.max_shards):
             pool.start("bench.pipeline", f"noop-{k}", noop_queue(k))
@@ -877,7 +942,14 @@ def run_noop(bench: Bench, options: Options, stack: contextlib.ExitStack) -> lis
             one = measure_noop(bench, pool, publisher, shards, options.noop_tasks)
             progress(f"  {shards} shards: {one.items} no-op tasks in {one.seconds:.2f}s")
             runs.append(one)
-    return runs
+            if options.latency > 0:
+                one = measure_celery(bench, pool, shards, options.latency, options.events)
+                progress(
+                    f"  {shards} shards: {one.items} sleep({options.latency:g}s) tasks in"
+                    f" {one.seconds:.1f}s, {one.rate:.2f}/s"
+                )
+                celery.append(one)
+    return runs, celery
 
 
 def main(argv: Sequence[str] | None = None) -> int:
