@@ -7,14 +7,18 @@ sequence-number Redis are one database and nothing is signed, this path publishe
 message ``send_task`` would, built by Celery itself: once per task, :func:`send_event`
 (the one call both paths make) sends an event whose fields are markers to kombu's
 in-memory transport, and the message it stores, written as kombu's Redis transport writes
-it (its body plain JSON rather than base64), becomes a :class:`MessageTemplate`. A
-publish fills in only the event's own fields (task id, queue, delivery tag, the
-envelope's one encoding, :class:`~tulip_wire.events.Encoded`) and one script
-(``tulip_wire/lua/publish_direct.lua``) numbers the event, marks it published and pushes
-the message, the number written where the markers stood, onto the shard queue, as
-kombu's Redis transport would; a checkpoint save's pending entry
+it (its body plain JSON rather than base64), becomes a :class:`MessageTemplate`, and
+the template becomes part of the task's own script (``tulip_wire/lua/publish_direct.lua``
+after a prelude holding the template's text: Redis keeps it in its script cache, so
+Celery's ~1 KB of headers and properties are not sent per publish). A publish sends only
+the event's own fields (task id, queue, delivery tag, the envelope's one encoding,
+:class:`~tulip_wire.events.Encoded`) and the script numbers the event, marks it
+published and pushes the message, the number written where the markers stood, onto the
+shard queue, as kombu's Redis transport would; a checkpoint save's pending entry
 (:mod:`tulip_wire.pending`) is appended by the same script, so the one round trip also
-keeps the pending list in the order of the sequence numbers. When the layout record
+keeps the pending list in the order of the sequence numbers. A small pending entry's
+body (a patch's JSON, also in the envelope) is sent once: the script escapes it into
+the message itself. When the layout record
 (:mod:`tulip_wire.shardlayout`) names another shard count, the script does nothing and
 the general path takes over. A template whose rendering of a sample event differs from
 what ``send_task`` stores for it (another serializer, compression, a publish signal
@@ -51,12 +55,20 @@ from tulip_wire.topology import SEQ_KEY_PREFIX
 _SCRIPT = (Path(tulip_wire.__file__).parent / "lua" / "publish_direct.lua").read_text()
 #: The fields of one event in a message; ``env`` is the envelope, ``seq`` its number.
 _MARKED = ("id", "queue", "tag", "env", "seq")
+#: The holes a publish fills in, in the order it sends them (the number, ``seq``, is
+#: the script's); the envelope is two holes, ``head`` and ``tail``, around its number.
+_HOLES = ("id", "queue", "tag", "head", "tail")
 #: A sample event a template must render exactly as ``send_task`` stores it: an
 #: envelope's text with quotes, backslashes, a NUL, accents and an emoji around its number.
 _SAMPLE_ID = "0123456789abcdef0123456789abcdef"
 _SAMPLE_HEAD = '{"v": 1, "said": "q\\" \\\\ \x00 ü 🌷", "seq": '
 _SAMPLE_TAIL = ', "payload": {"said": "\\u0000 \\" \' {}"}}'
 _SAMPLE_SEQ = 9_007_199_254_740_991
+
+#: A pending entry up to this long (a patch's, mostly) is sent once: the script copies
+#: its body into the message. A longer one (a whole state) is escaped here, faster
+#: than the script would (blocking Redis) and sent twice.
+SHARED_BODY_MAX = 4096
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -100,11 +112,12 @@ def send_event(
 
 class MessageTemplate:
     """One task's message as ``send_task`` stores it on a Redis broker, with holes for
-    the fields of an event: :meth:`render` gives it in parts, the event's sequence
-    number to go between each part and the next."""
+    the fields of an event: literal text and hole names, alternately (its first and
+    last item literal text), as :meth:`render` fills them in and as the task's script
+    holds them (:meth:`lua`), so a publish sends only the event's own fields."""
 
-    def __init__(self, parts: list[str]) -> None:
-        self._parts = parts  # str.format templates: {id} {queue} {tag} {head} {tail}
+    def __init__(self, chunks: list[str]) -> None:
+        self._chunks = chunks  # literal, hole, literal, ..., literal; holes: _HOLES
 
     @classmethod
     def build(cls, app: Celery, task: str, kind: str, queue: Callable[[str], Queue]) -> Self | None:
@@ -124,12 +137,14 @@ class MessageTemplate:
         send = _Capture(app, task, kind, queue)
         try:
             marked = send(id=m["id"], queue=m["queue"], tag=m["tag"], text=m["env"], seq=m["seq"])
-            template = cls(_parts(kombu_dumps(marked), m))
+            template = cls(_chunks(kombu_dumps(marked), m))
             sample = {"id": _SAMPLE_ID, "queue": f"{token}.0", "tag": str(uuid.uuid4())}
             text = f"{_SAMPLE_HEAD}{_SAMPLE_SEQ}{_SAMPLE_TAIL}"
             expected = send(**sample, text=text, seq=str(_SAMPLE_SEQ))
-            parts = template.render(**sample, head=_SAMPLE_HEAD, tail=_SAMPLE_TAIL)
-            got = json.loads(str(_SAMPLE_SEQ).join(parts))
+            seq = str(_SAMPLE_SEQ)
+            got = json.loads(
+                template.render(**sample, head=_SAMPLE_HEAD, tail=_SAMPLE_TAIL, seq=seq)
+            )
         except Exception as e:  # a message this module cannot read: say why
             _refused(task, f"{type(e).__name__}: {e}")
             return None
@@ -138,10 +153,24 @@ class MessageTemplate:
             return None
         return template
 
-    def render(self, *, id: str, queue: str, tag: str, head: str, tail: str) -> list[str]:
-        """The message of one event whose envelope is ``head``, its number, ``tail``."""
-        head, tail = _in_body(head), _in_body(tail)
-        return [p.format(id=id, queue=queue, tag=tag, head=head, tail=tail) for p in self._parts]
+    def values(
+        self, *, id: str, queue: str, tag: str, head: str, tail: str, rest: str = ""
+    ) -> list[str]:
+        """The holes' values for one event whose envelope is ``head``, its number,
+        ``tail`` (and, when the script inserts its pending entry's body after ``tail``,
+        ``rest``), in :data:`_HOLES` order and then ``rest``: the envelope escaped as it
+        reads in the message (the number is the script's)."""
+        return [id, queue, tag, _in_body(head), _in_body(tail), _in_body(rest)]
+
+    def render(self, *, id: str, queue: str, tag: str, head: str, tail: str, seq: str) -> str:
+        """The message of one event numbered ``seq``, as the script fills it in."""
+        values = self.values(id=id, queue=queue, tag=tag, head=head, tail=tail)[:-1]
+        filled = {**dict(zip(_HOLES, values, strict=True)), "seq": seq}
+        return "".join(c if i % 2 == 0 else filled[c] for i, c in enumerate(self._chunks))
+
+    def lua(self) -> str:
+        """The template as a Lua table, the publish script's prelude."""
+        return f"local TEMPLATE = {{{', '.join(_lua_string(c) for c in self._chunks)}}}\n"
 
 
 @dataclass(frozen=True)
@@ -160,9 +189,12 @@ class DirectPublisher:
     def __init__(
         self, client: redis.Redis, status_ttl: float, templates: Mapping[str, MessageTemplate]
     ) -> None:
-        self._script = client.register_script(_SCRIPT)
         self._ttl_ms = int(status_ttl * 1000)
         self._templates = dict(templates)
+        self._scripts = {
+            task: client.register_script(template.lua() + _SCRIPT)
+            for task, template in self._templates.items()
+        }
 
     @classmethod
     def create(
@@ -188,16 +220,25 @@ class DirectPublisher:
         was done)."""
         env = wire.env
         queue = router.queue(env.key)
-        parts = self._templates[TASKS[env.type]].render(
-            id=env.id, queue=queue, tag=str(uuid.uuid4()), head=wire.head, tail=wire.tail
+        task = TASKS[env.type]
+        tail, rest, shared = wire.tail, "", 0
+        if pending is not None and len(pending.entry) <= SHARED_BODY_MAX:
+            # the envelope's patch is the entry's body: sent once, escaped by the script
+            start = pending.entry.index("\n") + 1  # after the entry's ASCII header
+            at = wire.tail.find(pending.entry[start:]) if start < len(pending.entry) else -1
+            if at >= 0:
+                tail, rest = wire.tail[:at], wire.tail[at + len(pending.entry) - start :]
+                shared = start + 1
+        values = self._templates[task].values(
+            id=env.id, queue=queue, tag=str(uuid.uuid4()), head=wire.head, tail=tail, rest=rest
         )
         keys = [SEQ_KEY_PREFIX + env.key, PUBLISHED_KEY_PREFIX + env.id]
         keys += [layout_key(router.prefix), queue]
-        args: list[str | int] = [env.key, self._ttl_ms, str(router.shards), *parts]
+        args: list[str | int] = [env.key, self._ttl_ms, str(router.shards), *values, shared]
         if pending is not None:
             keys.append(pending.key)
             args += [pending.entry, pending.ttl_ms]
-        seq, _ = self._script(keys=keys, args=args)
+        seq, _ = self._scripts[task](keys=keys, args=args)
         return None if int(seq) < 0 else int(seq)
 
 
@@ -227,14 +268,27 @@ class _Capture:
         return stored
 
 
-def _parts(text: str, marks: Mapping[str, str]) -> list[str]:
-    """``text`` as format strings, split where the sequence number goes."""
-    text = text.replace("{", "{{").replace("}", "}}")
-    marked = re.compile("|".join(re.escape(m) for m in marks.values()))
+def _chunks(text: str, marks: Mapping[str, str]) -> list[str]:
+    """``text`` cut at the marks: literal text and hole names, alternately."""
+    marked = re.compile("(" + "|".join(re.escape(m) for m in marks.values()) + ")")
     names = {m: n for n, m in marks.items()}
-    holes = {"env": "{head}\0{tail}", "seq": "\0"}
-    text = marked.sub(lambda m: holes.get(names[m[0]], "{" + names[m[0]] + "}"), text)
-    return text.split("\0")
+    out: list[str] = []
+    for i, piece in enumerate(marked.split(text)):
+        if i % 2 == 0:
+            out.append(piece)
+        elif names[piece] == "env":  # the envelope: its head, the number, its tail
+            out += ["head", "", "seq", "", "tail"]
+        else:
+            out.append(names[piece])
+    return out
+
+
+def _lua_string(text: str) -> str:
+    """``text`` as a Lua string literal: printable ASCII as it is, any other byte (and
+    quote, backslash) as a decimal escape, so nothing in it can end the literal."""
+    data = text.encode("utf-8")
+    body = "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03d}" for b in data)
+    return f'"{body}"'
 
 
 def _in_body(text: str) -> str:

@@ -189,7 +189,8 @@ def test_a_checkpoint_save_and_its_pending_entry_go_in_the_one_script(
         two, three = (ShardRouter(CHECKPOINT_QUEUE_PREFIX, n).queue(key) for n in (2, 3))
     client.delete(two, three, layout_key(CHECKPOINT_QUEUE_PREFIX))
     producer = make_producer(broker_url, checkpoint_shards=2)
-    states = [AgentState(messages=SAID), AgentState(messages=[*SAID, *SAID], iterations=2)]
+    odd = Message(role=Role.USER, content='a\nline\t\x01\x7f 🌷 \\" é "')  # escaped by the script
+    states = [AgentState(messages=SAID), AgentState(messages=[*SAID, odd], iterations=2)]
     ids = [producer.checkpoint_saved(thread, s, tenant="acme") for s in states]
     client.set(layout_key(CHECKPOINT_QUEUE_PREFIX), ShardLayout(3).encode())
     ids.append(producer.checkpoint_saved(thread, states[1], tenant="acme"))
@@ -204,6 +205,10 @@ def test_a_checkpoint_save_and_its_pending_entry_go_in_the_one_script(
         (1, ids[0]), (2, ids[1]), (3, ids[2])
     ]  # fmt: skip
     assert "state" in (sent[0].payload or {}) and "delta" in (sent[1].payload or {})
-    assert [e.checkpoint_id for e in PendingStates(client).entries("acme", thread)] == ids
+    entries = PendingStates(client).entries("acme", thread)
+    assert [e.checkpoint_id for e in entries] == ids
+    patch = (sent[1].payload or {})["delta"]["patch"]  # sent once, in the pending entry
+    assert patch == json.loads(entries[1].body)
+    assert json.dumps(odd.content) in json.dumps(patch)
     assert client.pttl(PendingStates.key("acme", thread)) > 0
     client.delete(two, three)

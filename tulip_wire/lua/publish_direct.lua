@@ -1,11 +1,17 @@
 -- One event onto its shard queue in one round trip (tulip_producer.direct).
+-- The script is this text after a prelude defining TEMPLATE, the task's message as
+-- literal text and hole names, alternately; a publish sends only the holes' values.
 -- KEYS: [1] the key's sequence counter, [2] the event's published marker,
 --       [3] the role's shard layout record, [4] the shard queue (a kombu list).
 --       [5] (a checkpoint save) the thread's pending list (tulip_wire.pending).
 -- ARGV: [1] the ordering key (the marker's value), [2] the marker's TTL in ms,
---       [3] the shard count the queue was chosen by, [4..] the message in parts:
---       the sequence number goes between each part and the next; with KEYS[5], the
---       last two are the pending entry and the pending list's TTL in ms.
+--       [3] the shard count the queue was chosen by, [4..8] the holes' values: the
+--       event id, the queue, the delivery tag, the envelope before and after its
+--       number (escaped as they read in the message), [9] the rest of the envelope,
+--       [10] 0, or where the pending entry's body starts (a byte offset, from 1):
+--       the envelope is then [7], the number, [8], that body, [9] (the body, a small
+--       patch's JSON, is sent once and escaped here); with KEYS[5], [11] the pending
+--       entry and [12] the pending list's TTL in ms.
 -- Returns {seq, false}, or {-1, record} when the layout record names another count
 -- (or a drain): nothing was done, the caller takes the general path.
 local layout = redis.call('GET', KEYS[3])
@@ -14,11 +20,26 @@ if layout and layout ~= ARGV[3] then
 end
 local seq = redis.call('INCR', KEYS[1])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-local last = #ARGV
 if KEYS[5] then
-  redis.call('RPUSH', KEYS[5], ARGV[last - 1])
-  redis.call('PEXPIRE', KEYS[5], ARGV[last])
-  last = last - 2
+  redis.call('RPUSH', KEYS[5], ARGV[11])
+  redis.call('PEXPIRE', KEYS[5], ARGV[12])
 end
-redis.call('LPUSH', KEYS[4], table.concat(ARGV, string.format('%d', seq), 4, last))
+
+-- JSON text as it reads in the message: a string in the task's args, which are a
+-- string in the message (json.dumps(json.dumps(text)[1:-1])[1:-1] in Python), in one
+-- pass; JSON text holds no control character that a JSON string must escape
+local escapes = {['"'] = '\\\\\\"', ['\\'] = '\\\\\\\\'}
+
+local tail = ARGV[8]
+local shared = tonumber(ARGV[10])
+if shared > 0 then
+  tail = tail .. string.gsub(string.sub(ARGV[11], shared), '["\\]', escapes) .. ARGV[9]
+end
+local holes = {id = ARGV[4], queue = ARGV[5], tag = ARGV[6], head = ARGV[7], tail = tail,
+               seq = string.format('%d', seq)}
+local message = {}
+for i = 1, #TEMPLATE do
+  message[i] = (i % 2 == 1) and TEMPLATE[i] or holes[TEMPLATE[i]]
+end
+redis.call('LPUSH', KEYS[4], table.concat(message))
 return {seq, false}
