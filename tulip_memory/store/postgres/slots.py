@@ -17,9 +17,10 @@ sequence under it; a writer reads the version after taking the lock and the layo
 whenever the version moved: no write can commit vectors for a layout older than one a
 reindex has already planned against.
 
-Slot names are pasted into SQL as column names, so every name read from the registry
-or a layout, and every name a statement is built with, passes :func:`column` first:
-``embedding`` or ``embedding_<job id>``, nothing else.
+Slot names are pasted into SQL as column names, so every name read from the registry,
+a layout or a reindex job (:meth:`SlotInfo.from_row`, :meth:`Layout.from_row`,
+``ReindexJob.from_row``), and every name a statement is built with, passes
+:func:`column` first: ``embedding`` or ``embedding_<job id>``, nothing else.
 """
 
 from __future__ import annotations
