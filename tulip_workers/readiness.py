@@ -1,11 +1,13 @@
-"""A shard worker is ready only once its database answers.
+"""A worker is ready only once its database answers (shard and reindex workers).
 
 Without this a worker whose ``TULIP_DATABASE_URL`` points nowhere (a wrong host, a
 socket directory that does not exist) prints Celery's banner and "ready", takes its
 first event and only then meets the error, waiting on it in place with nothing in the
 log but a bare ``FileNotFoundError``. :func:`install` checks before the worker
 consumes (``celeryd_after_setup``, the step where the unacked restore runs too), with
-the connection and table checks its first event would make:
+the connection and table checks its first event would make (a reindex worker's: its
+store's connection, role and schema checks, on a store closed again before the pool
+forks):
 
 - Postgres cannot be reached (refused, no such socket, a name that does not resolve,
   starting up): one line at once naming ``TULIP_DATABASE_URL`` and where it points
@@ -21,9 +23,10 @@ the connection and table checks its first event would make:
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from celery import Celery, signals
@@ -31,10 +34,13 @@ from celery.exceptions import WorkerShutdown
 
 from tulip_memory.config import database_url
 from tulip_memory.credentials import redact_url
+from tulip_memory.store import PgMemory
+from tulip_wire.topology import REINDEX_QUEUE
+from tulip_workers.event_worker import EventWorker
 from tulip_workers.failures import is_unreachable
 from tulip_workers.redelivery import ordered_queues
 from tulip_workers.retry import describe
-from tulip_workers.runtime import event_worker_for, runtime
+from tulip_workers.runtime import WorkerRuntime, event_worker_for, runtime
 
 log = logging.getLogger(__name__)
 #: How often a worker waiting for its database says so again.
@@ -42,12 +48,42 @@ RETRY_SECONDS = 5.0
 _EXIT_FAILURE = 1
 
 
+def _database_checks(queue_names: Iterable[str]) -> list[Callable[[], None]]:
+    """What a worker consuming ``queue_names`` checks of Postgres before it is ready:
+    each shard queue's event worker reaching its tables, a reindex worker's store."""
+    names = list(queue_names)
+    makers = {m for q in ordered_queues(names) if (m := event_worker_for(q)) is not None}
+    checks: list[Callable[[], None]] = [
+        functools.partial(_event_worker_ready, make) for make in makers
+    ]
+    if REINDEX_QUEUE in names:
+        checks.append(_reindex_store_ready)
+    return checks
+
+
+def _event_worker_ready(make: Callable[[WorkerRuntime], EventWorker]) -> None:
+    runtime().run(make(runtime()).ready())
+
+
+def _reindex_store_ready() -> None:
+    runtime().run(_store_answers(runtime().settings.store.store()))
+
+
+async def _store_answers(store: PgMemory) -> None:
+    """Connect ``store`` (role and schema checked, as its first use would), then close it."""
+    try:
+        async with store.connection():
+            pass
+    finally:
+        await store.close()
+
+
 def wait_for_database(queue_names: Iterable[str], retry_seconds: float = RETRY_SECONDS) -> None:
-    """Return once the event workers of the shard queues among ``queue_names`` reach
-    their tables; log and wait while Postgres is unreachable; ``WorkerShutdown`` if
-    it refuses."""
-    makers = {m for q in ordered_queues(queue_names) if (m := event_worker_for(q)) is not None}
-    if not makers:
+    """Return once what the worker of ``queue_names`` needs of Postgres answers (shard
+    queues' event workers reach their tables, a reindex worker's store connects); log
+    and wait while Postgres is unreachable; ``WorkerShutdown`` if it refuses."""
+    checks = _database_checks(queue_names)
+    if not checks:
         return
     try:
         where = redact_url(database_url())
@@ -55,11 +91,10 @@ def wait_for_database(queue_names: Iterable[str], retry_seconds: float = RETRY_S
         log.critical("%s", e)
         raise WorkerShutdown(_EXIT_FAILURE) from e
     log.info("connecting to Postgres at %s (TULIP_DATABASE_URL)", where)
-    for make in makers:
-        worker = make(runtime())
+    for check in checks:
         while True:
             try:
-                runtime().run(worker.ready())
+                check()
                 break
             except Exception as e:
                 if not is_unreachable(e):

@@ -1,4 +1,5 @@
-"""A shard worker with a bad database setting says so and is never ready (real workers).
+"""A worker with a bad database setting says so and is never ready (real shard and
+reindex workers).
 
 Unreachable (a socket directory that does not exist, a port nobody listens on): one
 line at once naming TULIP_DATABASE_URL and where it points, credentials stripped, then
@@ -26,9 +27,14 @@ def wrong_database(dsn: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc, path="/no_such_database"))
 
 
-def start(pipeline: Pipeline, name: str, dsn: str, tmp_path: Path) -> WorkerProcess:
+def start(
+    pipeline: Pipeline, name: str, dsn: str, tmp_path: Path, *, reindex: bool = False
+) -> WorkerProcess:
+    """A shard worker (solo), or with ``reindex`` a reindex worker (prefork, as the
+    supervisor runs it), on ``dsn``; not waited for."""
     env = worker_env(**pipeline.env(TULIP_DATABASE_URL=dsn))
-    worker = WorkerProcess(name, ["memory.extract.0"], env, tmp_path / f"{name}.log")
+    queue, pool = ("memory.reindex", "prefork") if reindex else ("memory.extract.0", "solo")
+    worker = WorkerProcess(name, [queue], env, tmp_path / f"{name}.log", pool=pool)
     pipeline.workers.started.append(worker)
     return worker.start(wait=False)
 
@@ -69,3 +75,25 @@ def test_a_database_that_refuses_the_worker_stops_it_with_one_line(
     assert "refused this worker" in output and "(TULIP_DATABASE_URL)" in output
     assert "no_such_database" in output
     assert SECRET not in output and " ready." not in output
+
+
+def test_a_reindex_worker_waits_for_its_database_too(pipeline: Pipeline, tmp_path: Path) -> None:
+    """Unreachable: named again and again, never ready; the same worker on the right
+    database is ready."""
+    no_dir = tmp_path / "no-such-socket-dir"
+    bad = start(
+        pipeline,
+        "reindex-bad",
+        f"postgresql://app:{SECRET}@/tulip?host={no_dir}",
+        tmp_path,
+        reindex=True,
+    )
+    line = re.compile(
+        rf"cannot reach Postgres at \S*{re.escape(str(no_dir))}\S* \(TULIP_DATABASE_URL\)"
+    )
+    wait_for("two attempts logged", lambda: len(line.findall(bad.output())) >= 2, timeout=90)
+    assert SECRET not in bad.output() and " ready." not in bad.output()
+    assert bad.proc is not None and bad.proc.poll() is None  # still waiting
+    good = start(pipeline, "reindex-good", pipeline.database_url, tmp_path, reindex=True)
+    good.wait_ready(90)
+    assert "Postgres at" in good.output() and "answers" in good.output()
