@@ -1,5 +1,6 @@
 """Death counting on RabbitMQ: a message that kills its worker every time ends as a
-dead letter after N deaths, as on Redis (real RabbitMQ, real workers).
+dead letter after N deaths, as on Redis; and messages Celery refuses before any task
+runs are dead letters there too (real RabbitMQ, real workers).
 
 RabbitMQ requeues a dead consumer's message by itself, so no restore step sees the
 death; the runs are counted in the Redis of ``TULIP_REDIS_URL`` instead. Each test
@@ -20,6 +21,7 @@ import pytest
 from tests.pipeline.conftest import SHARDS, Pipeline
 from tests.pipeline.test_faults import model_env, session, shard_of
 from tests.pipeline.test_poison import Killer, wait_for
+from tests.pipeline.test_rejected import refusals_are_dead_letters
 from tests.producer.test_publish import rabbitmq_reachable
 from tests.support.openai_server import FakeOpenAI
 from tests.support.pg import dead_reason
@@ -94,3 +96,9 @@ def test_a_message_that_kills_its_worker_every_time_ends_as_a_dead_letter_on_rab
     )
     assert after.state == "applied"
     assert model.asked == [1, 1, 2]  # the third delivery was not run, and nothing overtook it
+
+
+def test_messages_celery_refuses_are_dead_letters_on_rabbitmq(
+    pipeline: Pipeline, vhost: str
+) -> None:
+    refusals_are_dead_letters(pipeline, vhost)

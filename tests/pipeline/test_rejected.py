@@ -23,10 +23,11 @@ from typing import Any
 import redis
 from kombu import Connection
 
-from tests.pipeline.conftest import Pipeline
+from tests.pipeline.conftest import SHARDS, Pipeline
 from tests.pipeline.test_faults import session, shard_of
 from tests.support.pg import dead_raw
 from tulip_ops.dev.embedded import run_async
+from tulip_producer import Producer
 from tulip_wire.endpoints import kombu_url
 from tulip_wire.events import SESSION_ENDED, TASKS
 from tulip_wire.routing import ShardRouter
@@ -90,15 +91,25 @@ def dlq_list(pipeline: Pipeline) -> str:
 def test_messages_celery_refuses_are_dead_letters_and_the_shard_goes_on(
     pipeline: Pipeline,
 ) -> None:
+    refusals_are_dead_letters(pipeline, pipeline.broker_url)
+
+
+def refusals_are_dead_letters(pipeline: Pipeline, broker_url: str) -> None:
+    """Each refused message on a real shard worker of ``broker_url`` (sequences and
+    pending states in the pipeline's Redis) between normal events: each a dead letter
+    with its reason and bytes, every event applied in order."""
     ns = ("acme", "users", "after-rejects")
     k = shard_of(ns)
     queue = ShardRouter("memory.extract", 2).queues()[k]
-    pipeline.start_shard(k)
+    pipeline.start_shard(k, TULIP_BROKER_URL=broker_url)
     messages = rejected_messages()
-    with pipeline.producer() as producer:
+    producer = Producer.from_urls(
+        broker_url, pipeline.broker_url, spool_dir=pipeline.spool, extract_shards=SHARDS
+    )
+    with producer:
         first = producer.session_ended(ns, "t", session(0, "grey"))
         assert producer.flush(timeout=30)
-        rejected = publish_raw(pipeline.broker_url, queue, messages)
+        rejected = publish_raw(broker_url, queue, messages)
         colours = ["red", "green", "blue", "amber"]
         ids = [producer.session_ended(ns, "t", session(i, c)) for i, c in enumerate(colours, 1)]
         assert producer.flush(timeout=30)
