@@ -547,10 +547,10 @@ class Producer:
         Bad input raises (``TypeError``/``ValueError``/:class:`EventError`) before
         anything is published or spooled.
         """
-        env = events.session_ended(
+        env = events.session_envelope(
             namespace, thread_id, _message_list(messages), metadata, ts=time.time()
         )
-        return self.publish_session(env)
+        return self.publish_session(env)  # validates it, once
 
     def publish_session(self, env: Envelope) -> str:
         """Publish (or spool) a ``session.ended`` event built by the caller, for one
