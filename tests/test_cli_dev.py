@@ -28,20 +28,6 @@ from tulip_wire.routing import ShardRouter
 CLI = [sys.executable, "-m", "tulip_ops.cli"]
 
 
-def test_demo_passes_and_reports(server_dir: Path) -> None:
-    done = subprocess.run(
-        [*CLI, "dev", "--demo", "--data-dir", str(server_dir), "--tenants", "2", "--users", "5"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "facts recalled    50/50" in done.stdout
-    assert "tenant isolation  holds" in done.stdout
-    assert (server_dir / "tulip.env").exists()
-
-
 def _read_env(path: Path, key: str, timeout: float = 120.0) -> dict[str, str]:
     """``tulip.env`` read as ``honcho -e`` reads it, once it holds ``key``."""
     deadline = time.monotonic() + timeout
@@ -66,7 +52,9 @@ def _status(url: str, auth: tuple[str, str] | None = None) -> int:
         return int(e.code)
 
 
-def test_dev_serves_until_interrupted_and_leaves_nothing_behind(server_dir: Path) -> None:
+def test_dev_serves_until_interrupted_leaves_nothing_behind_and_the_demo_passes_after(
+    server_dir: Path,
+) -> None:
     proc = subprocess.Popen([*CLI, "dev", "--data-dir", str(server_dir)], stdout=subprocess.PIPE)
     try:
         env = _read_env(server_dir / "tulip.env", "TULIP_FLOWER_URL")
@@ -112,16 +100,20 @@ def test_dev_serves_until_interrupted_and_leaves_nothing_behind(server_dir: Path
                 proc.wait()
         if proc.stdout:
             proc.stdout.close()
-    # Data survives: a second run on the same directory finds the role and database.
-    again = subprocess.run(
-        [*CLI, "dev", "--demo", "--data-dir", str(server_dir), "--tenants", "2", "--users", "2"],
+    # Data survives: the demo, run next on the same directory, finds the role and
+    # database, passes and reports (one dev start fewer than a demo of its own).
+    demo = subprocess.run(
+        [*CLI, "dev", "--demo", "--data-dir", str(server_dir), "--tenants", "2", "--users", "5"],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
         env={**os.environ},
     )
-    assert again.returncode == 0, again.stdout + again.stderr
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "facts recalled    50/50" in demo.stdout
+    assert "tenant isolation  holds" in demo.stdout
+    assert (server_dir / "tulip.env").exists()
 
 
 def _assert_no_secret_in_any_cmdline(secret: str) -> None:
@@ -177,15 +169,21 @@ def _shard_worker(proc: subprocess.Popen[bytes], queue: str) -> psutil.Process |
 def test_an_application_sourcing_the_env_file_publishes_recalls_and_survives(
     server_dir: Path,
 ) -> None:
+    """One ``dev`` start serves every check of a running one (a second is refused,
+    the env file, publish and recall through a killed shard worker); a second start on
+    the same directory keeps the memories and the thread."""
     ns = ("acme", "users", "u1")
     thread_state = AgentState(messages=(Message(role=Role.USER, content="hello"),), iterations=1)
     proc, env = _start_dev(server_dir)
     try:
+        _assert_a_second_dev_is_refused_and_changes_nothing(proc, server_dir, env)
+        _assert_sourcing_exports_every_setting(server_dir / "tulip.env", env)
         settings = ProducerSettings.from_env(env)
         with Producer(settings) as producer, Reader.from_env(env) as reader:
             first = producer.session_ended(ns, "t", [_said("My favourite colour is red.")])
             _wait_applied(reader, [first], ns[0])
             assert "red" in reader.recall(ns, "favourite colour")[0].content
+            assert reader.status(first[::-1], tenant="acme").state == "unknown"
             # The supervisor restarts a killed shard worker; the shard's events still
             # apply, in order.
             queue = ShardRouter("memory.extract", settings.extract_shards).queue(namespace_key(ns))
@@ -223,37 +221,33 @@ def _said(text: str) -> Message:
     return Message(role=Role.USER, content=text)
 
 
-def test_a_second_dev_on_a_running_directory_is_refused_and_the_first_keeps_working(
-    tmp_path: Path,
+def _assert_a_second_dev_is_refused_and_changes_nothing(
+    proc: subprocess.Popen[bytes], data: Path, env: dict[str, str]
 ) -> None:
-    proc, env = _start_dev(tmp_path)
-    try:
-        env_text = (tmp_path / "tulip.env").read_text()
-        socket = Path(env["TULIP_REDIS_URL"].removeprefix("unix://").split("?")[0])
-        workers = {c.pid for c in psutil.Process(proc.pid).children()}
-        second = subprocess.run(
-            [*CLI, "dev", "--data-dir", str(tmp_path)],
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-        assert second.returncode == 1
-        assert second.stdout == ""
-        [line] = second.stderr.splitlines()
-        assert f"PID {proc.pid}" in line and str(tmp_path) in line
-        # Nothing of the first was touched: settings, socket, workers.
-        assert (tmp_path / "tulip.env").read_text() == env_text
-        assert socket.exists()
-        assert {c.pid for c in psutil.Process(proc.pid).children()} == workers
-        with Producer(ProducerSettings.from_env(env)) as producer, Reader.from_env(env) as reader:
-            event_id = producer.session_ended(("acme", "u"), "t", [_said("I live in Oslo.")])
-            _wait_applied(reader, [event_id], "acme")
-            assert reader.status(event_id[::-1], tenant="acme").state == "unknown"
-        # `source tulip.env` exports every setting to the shell's children.
-        exported = subprocess.run(
-            ["bash", "-c", f"source {tmp_path / 'tulip.env'} && env -0"],
-            capture_output=True, text=True, timeout=30, check=True,
-            env={"PATH": os.environ["PATH"]},
-        ).stdout  # fmt: skip
-        child_env = dict(item.split("=", 1) for item in exported.split("\0") if "=" in item)
-        assert {k: child_env.get(k) for k in env} == env
-    finally:
-        _stop_dev(proc)
+    """A second ``dev`` on the running directory exits with one line naming the first,
+    and leaves its settings, socket and workers as they were."""
+    env_text = (data / "tulip.env").read_text()
+    socket = Path(env["TULIP_REDIS_URL"].removeprefix("unix://").split("?")[0])
+    workers = {c.pid for c in psutil.Process(proc.pid).children()}
+    second = subprocess.run(
+        [*CLI, "dev", "--data-dir", str(data)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert second.returncode == 1
+    assert second.stdout == ""
+    [line] = second.stderr.splitlines()
+    assert f"PID {proc.pid}" in line and str(data) in line
+    assert (data / "tulip.env").read_text() == env_text
+    assert socket.exists()
+    assert {c.pid for c in psutil.Process(proc.pid).children()} == workers
+
+
+def _assert_sourcing_exports_every_setting(path: Path, env: dict[str, str]) -> None:
+    """`source tulip.env` exports every setting to the shell's children."""
+    exported = subprocess.run(
+        ["bash", "-c", f"source {path} && env -0"],
+        capture_output=True, text=True, timeout=30, check=True,
+        env={"PATH": os.environ["PATH"]},
+    ).stdout  # fmt: skip
+    child_env = dict(item.split("=", 1) for item in exported.split("\0") if "=" in item)
+    assert {k: child_env.get(k) for k in env} == env
