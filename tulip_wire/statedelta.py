@@ -36,13 +36,15 @@ against the digest, every problem a :class:`DeltaError` naming the base.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tulip_memory.delta.codec import digest as state_digest
 from tulip_memory.delta.diff import Patch, apply, diff
-from tulip_memory.delta.known import starts_with
+from tulip_memory.delta.known import MESSAGES, starts_with
+from tulip_memory.messages import Message
+from tulip_memory.state import AgentState
 from tulip_wire.jsonpath import non_json_value
 
 #: A snapshot's own bytes count this much per field besides its JSON (the cache's
@@ -232,6 +234,37 @@ def apply_delta(base: dict[str, Any], patch: Any, digest: str, base_id: str) -> 
             "the base is not the state the producer diffed against"
         )
     return out
+
+
+def onto_known(
+    messages: Sequence[Message], fields: Mapping[str, Any], patch: Any
+) -> AgentState | None:
+    """The agent state ``patch`` makes of a base whose messages are ``messages`` (the
+    objects themselves, kept in the result) and whose other fields are ``fields``,
+    when the patch appends messages and patches only the other fields (the tail
+    :func:`advance` sends); None for any other patch, or one that does not fit. Not
+    checked against a digest here: the caller has the store check it
+    (:meth:`~tulip_memory.delta.DeltaCheckpointer.save_onto_written`)."""
+    if not (isinstance(patch, list) and len(patch) == 3 and patch[0] == "{"):
+        return None
+    changed, removed = patch[1], patch[2]
+    if not isinstance(changed, dict) or not isinstance(removed, list) or MESSAGES in removed:
+        return None
+    tail: Any = []
+    if MESSAGES in changed:
+        piece = changed[MESSAGES]
+        match piece:
+            case ["[", [[0, int(count)], {"+": list(tail)}]] if count == len(messages):
+                pass
+            case _:
+                return None
+    others = {k: v for k, v in changed.items() if k != MESSAGES}
+    try:
+        data = apply(dict(fields), ["{", others, removed])
+        base = AgentState.from_checkpoint({**data, MESSAGES: []})
+        return replace(base, messages=(*messages, *(Message.from_dict(m) for m in tail)))
+    except Exception:  # PatchError, a malformed message, ...: the checked path decides
+        return None
 
 
 def digest_of(data: dict[str, Any]) -> str:

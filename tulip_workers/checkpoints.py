@@ -27,12 +27,13 @@ from functools import cached_property
 from typing import Any
 
 from tulip_memory.delta import DeltaCheckpointer
+from tulip_memory.delta.known import MESSAGES
 from tulip_memory.delta.tenants import TenantCheckpointers
 from tulip_memory.state import AgentState
 from tulip_memory.summaries import SummaryBudget, SummaryStore
 from tulip_wire.events import Envelope, EventError
 from tulip_wire.pending import PendingStates, rebuild
-from tulip_wire.statedelta import DeltaError, apply_delta
+from tulip_wire.statedelta import DeltaError, apply_delta, onto_known
 from tulip_workers.event_worker import (
     APPLIED,
     DUPLICATE,
@@ -107,6 +108,11 @@ class CheckpointWorker(EventWorker):
         tenant, thread = payload["tenant"], payload["thread_id"]
         checkpoint_id = payload["checkpoint_id"]
         threads = self.threads(tenant)
+        delta = payload.get("delta")
+        if delta is not None:
+            state = await self._onto_written(threads, thread, checkpoint_id, delta)
+            if state is not None:
+                return state
         if await threads.get_metadata(thread, checkpoint_id) is not None:
             return await threads.load(thread, checkpoint_id)
         data = payload.get("state")
@@ -118,6 +124,31 @@ class CheckpointWorker(EventWorker):
             raise EventError(f"the delta's state is not an agent state: {e}", env.id) from e
         await threads.save(state, thread, checkpoint_id)
         return state
+
+    async def _onto_written(
+        self, threads: DeltaCheckpointer, thread: str, checkpoint_id: str, delta: dict[str, Any]
+    ) -> AgentState | None:
+        """The common save, at the cost of its change: the delta appends to the state
+        this process wrote last for the thread (its checkpointer's latest cache, with
+        the head's version tag), whose checkpoint is the delta's base. The state is
+        built onto the cached messages themselves (so the store encodes only the new
+        ones) and saved only while the stored head is still the one written, with
+        the digest the producer sent; None (nothing written) otherwise, and the
+        reading path below decides."""
+        written = threads.latest_cache.written(thread)
+        if written is None or written.known is None or written.manifest is None:
+            return None
+        if written.manifest.latest is None or written.manifest.latest[1] != delta["base"]:
+            return None
+        latest = written.state
+        fields = {**latest.values, **{k: f.items for k, f in latest.lists.items() if k != MESSAGES}}
+        state = onto_known(written.known.messages, fields, delta["patch"])
+        if state is None:
+            return None
+        saved = await threads.save_onto_written(
+            state, thread, checkpoint_id, base=delta["base"], digest=delta["digest"]
+        )
+        return state if saved else None
 
     async def _resolve(
         self, env: Envelope, tenant: str, thread: str, checkpoint_id: str, delta: dict[str, Any]

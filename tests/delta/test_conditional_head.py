@@ -12,6 +12,7 @@ from tulip_memory.delta import DeltaCheckpointer, S3DeltaStorage
 from tulip_memory.delta.tenants import tenant_checkpointer
 from tulip_memory.messages import Message, Role
 from tulip_memory.state import AgentState
+from tulip_wire.statedelta import snapshot
 
 
 class CountedS3(S3DeltaStorage):
@@ -84,3 +85,28 @@ async def test_a_deleted_thread_is_saved_afresh_not_resurrected(
     cid = await a.save(thread[5], "t")  # a's cached head is gone: no blind overwrite
     assert await other.list_checkpoints("t") == [cid]
     assert await other.load("t") == thread[5]
+
+
+async def test_a_save_onto_the_written_head_reads_nothing_and_refuses_any_other_head(
+    bucket: str, s3_endpoint: str
+) -> None:
+    """``save_onto_written`` writes only onto the head this checkpointer wrote, whose
+    latest is the base named, with the digest named; else it writes nothing."""
+    s = storage(bucket, s3_endpoint)
+    cp = DeltaCheckpointer(s)
+    thread = states(4)
+    first = await cp.save(thread[0], "t")
+    second = await cp.save(thread[1], "t")
+    digest = snapshot(thread[2].to_checkpoint()).digest
+    assert not await cp.save_onto_written(thread[2], "t", "c3", base=first, digest=digest)
+    assert not await cp.save_onto_written(thread[2], "t", "c3", base=second, digest="0" * 16)
+    assert await cp.list_checkpoints("t") == [second, first]  # nothing was written
+    s.gets = 0
+    assert await cp.save_onto_written(thread[2], "t", "c3", base=second, digest=digest)
+    assert s.gets == 0  # onto its own head: no read
+    other = DeltaCheckpointer(storage(bucket, s3_endpoint))  # another process
+    await other.save(thread[3], "t", "c4")
+    digest = snapshot(thread[3].to_checkpoint()).digest
+    assert not await cp.save_onto_written(thread[3], "t", "c5", base="c3", digest=digest)
+    assert await cp.list_checkpoints("t") == ["c4", "c3", second, first]
+    assert await cp.load("t", "c3") == thread[2]

@@ -4,13 +4,16 @@ only the tail when the items are known, and a change ``==`` cannot see (``1`` fo
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from tulip_memory.delta.codec import dumps
 from tulip_memory.delta.diff import apply
-from tulip_wire.statedelta import advance, snapshot
+from tulip_memory.messages import Message, Role
+from tulip_memory.state import AgentState
+from tulip_wire.statedelta import advance, onto_known, snapshot
 
 
 def rebuilt(base: dict[str, Any], data: dict[str, Any]) -> bytes:
@@ -52,3 +55,27 @@ def test_known_items_are_trusted_only_when_they_are_the_bases_own() -> None:
         {"i": 2, "m": [*copies, {"a": 10}]}
     )
     assert step.snapshot.values["m"][0] == {"a": 1.0}
+
+
+def test_a_tail_is_applied_onto_the_known_messages_themselves() -> None:
+    """``onto_known`` keeps the base's Message objects and builds only the appended
+    ones; any patch that is not a tail onto exactly those messages is left to the
+    checked path (None)."""
+    said = [Message(role=Role.USER, content=f"m{i}", metadata={"n": i}) for i in range(3)]
+    old = AgentState(messages=tuple(said), iterations=3, metadata={"topic": "a"})
+    new = AgentState(
+        messages=(*said, Message(role=Role.ASSISTANT, content="ok")),
+        iterations=4,
+        metadata={"topic": "b"},
+    )
+    base = snapshot(old.to_checkpoint())
+    step = advance(base, new.to_checkpoint(), {"messages": 0})
+    assert step.patch is not None
+    fields = {k: v for k, v in base.values.items() if k != "messages"}
+    got = onto_known(old.messages, fields, step.patch)
+    assert got == new
+    assert got is not None and all(a is b for a, b in zip(got.messages, said, strict=False))
+    assert onto_known(old.messages[:2], fields, step.patch) is None  # another base
+    assert onto_known(old.messages, fields, ["=", new.to_checkpoint()]) is None
+    edit = advance(base, replace(new, messages=(said[1], *new.messages[1:])).to_checkpoint())
+    assert edit.patch is None or onto_known(old.messages, fields, edit.patch) is None

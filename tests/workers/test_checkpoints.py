@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import boto3
 import pytest
 import redis
 
 from tests.producer.queues import take_all, with_db
 from tests.support.pg import app_store, dead_reason
 from tests.support.services import Postgres
-from tulip_memory.delta import DeltaCheckpointer, FileDeltaStorage
+from tulip_memory.delta import DeltaCheckpointer, FileDeltaStorage, S3DeltaStorage
+from tulip_memory.delta.tenants import tenant_checkpointer
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.messages import Message, Role
 from tulip_memory.state import AgentState
@@ -175,3 +178,59 @@ async def test_the_same_thread_id_in_two_tenants_is_two_threads(
     assert await worker.threads("b").list_checkpoints(thread) == [cid]
     with pytest.raises(ValueError, match="separator"):
         await reader.load(thread, tenant="a\x1fb")
+
+
+class CountedS3(S3DeltaStorage):
+    """An S3 storage (heads with version tags) counting the objects read."""
+
+    reads = 0
+
+    async def read_objects(self, keys: Sequence[str]) -> dict[str, bytes | None]:
+        self.reads += len(keys)
+        return await super().read_objects(keys)
+
+
+async def test_a_run_of_deltas_onto_its_own_head_reads_nothing_and_loads_exactly(
+    redis_url: str, store: PgMemory, tmp_path: Path, s3_endpoint: str
+) -> None:
+    """After the thread's first save, each delta appends onto the state this worker
+    wrote last (no read of the store); every checkpoint still loads as it was saved,
+    and a head another writer changed sends the next delta back to the reading path."""
+    broker = with_db(redis_url, DB)
+    settings = ProducerSettings(
+        broker_url=broker, redis_url=broker, spool_dir=tmp_path / "spool", extract_shards=2,
+        checkpoint_shards=2,
+    )  # fmt: skip
+    bucket = f"tulip-ckpt-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(
+        Bucket=bucket
+    )
+    options: dict[str, Any] = {"endpoint_url": s3_endpoint, "region_name": "us-east-1"}
+    storage = CountedS3(bucket, "ck", **options)
+    pending = PendingStates(redis.Redis.from_url(broker))
+    worker = CheckpointWorker(store=store, checkpointer=DeltaCheckpointer(storage), pending=pending)
+    thread = f"t-{uuid.uuid4().hex}"
+    saved = [state(n) for n in range(1, 13)]
+    with Producer(settings) as producer:
+        ids = [producer.checkpoint_saved(thread, s, tenant=TENANT) for s in saved]
+    delivered = take_all(settings, lambda e: e.key == f"{TENANT}\x1f{thread}")
+    assert [("delta" in (d.envelope.payload or {})) for d in delivered] == [False] + [True] * 11
+    reads = []
+    for d in delivered:
+        storage.reads = 0
+        assert await worker.handle(d.args[0], d.task_id) == APPLIED
+        reads.append(storage.reads)
+    assert reads[2:] == [0] * 10
+    threads = worker.threads(TENANT)
+    for cid, s in zip(ids, saved, strict=True):
+        assert await threads.load(thread, cid) == s
+    other = DeltaCheckpointer(S3DeltaStorage(bucket, "ck", **options))  # another process
+    await tenant_checkpointer(other, TENANT).save(state(20), thread)
+    with Producer(settings) as producer:
+        producer.bases.drop(f"{TENANT}\x1f{thread}")
+        producer.checkpoint_saved(thread, saved[-1], tenant=TENANT)  # whole: a new base
+        last = producer.checkpoint_saved(thread, state(13), tenant=TENANT)  # a delta onto it
+    delivered = take_all(settings, lambda e: e.key == f"{TENANT}\x1f{thread}")
+    for d in delivered:
+        assert await worker.handle(d.args[0], d.task_id) == APPLIED
+    assert await threads.load(thread) == state(13) == await threads.load(thread, last)

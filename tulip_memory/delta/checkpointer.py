@@ -129,6 +129,24 @@ class DeltaCheckpointer:
                 await self._log(thread_id).append(state, checkpoint_id, to_micros(now))
         return checkpoint_id
 
+    async def save_onto_written(
+        self, state: AgentState, thread_id: str, checkpoint_id: str, *, base: str, digest: str
+    ) -> bool:
+        """Save ``state`` as ``checkpoint_id`` without reading anything, only onto the
+        head this object wrote last, whose latest checkpoint is ``base``, while the
+        stored head is still that one (its version tag) and only when the state's
+        digest is ``digest``; False when any of that does not hold (nothing written:
+        then read, as :meth:`save` does). Not in the seed: for a writer that rebuilt
+        ``state`` from the one it saved last (:attr:`latest_cache`)."""
+        _check_checkpoint_id(checkpoint_id)
+        check_thread_id(thread_id)
+        if self._records() is not None:
+            return False
+        async with self._writing(thread_id):
+            return await self._log(thread_id).append_onto_written(
+                state, checkpoint_id, to_micros(datetime.now(UTC)), base=base, digest=digest
+            )
+
     async def load(
         self,
         thread_id: str,

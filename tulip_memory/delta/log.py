@@ -301,15 +301,38 @@ class ThreadLog:
             after = _known_after(state, known, counts, new.latest)
             self.cache.put(self.thread_id, latest, new.latest, step.manifest, tag, after)
 
+    async def append_onto_written(
+        self,
+        state: AgentState,
+        checkpoint_id: str,
+        created_us: int,
+        *,
+        base: str,
+        digest: str,
+    ) -> bool:
+        """Save ``state`` as checkpoint ``checkpoint_id`` only onto the head this process
+        wrote last (cached with its version tag), only if that head's latest checkpoint
+        is ``base`` and the stored head still has that tag, and only if the state's
+        digest is ``digest``; False (nothing read, nothing committed) otherwise, and
+        the caller takes a path that reads the head."""
+        written = self.cache.written(self.thread_id) if self.cache is not None else None
+        if written is None or written.manifest is None or written.manifest.latest is None:
+            return False
+        if written.manifest.latest[1] != base:
+            return False
+        return await self._append_onto(written, state, checkpoint_id, created_us, digest)
+
     async def _append_onto(
         self,
         written: Cached,
         state: AgentState | dict[str, Any],
         checkpoint_id: str,
         created_us: int,
+        digest: str | None = None,
     ) -> bool:
         """:meth:`append` onto the cached head, written only if it is still the stored
-        one; False (nothing committed) when it is not, or for an id already saved."""
+        one; False (nothing committed) when it is not, for an id already saved, or
+        for a state whose digest is not ``digest`` (when given)."""
         manifest, base = written.manifest, written.state
         assert manifest is not None and self.cache is not None
         if manifest.seq_of(checkpoint_id) is not None:
@@ -317,6 +340,8 @@ class ThreadLog:
         level = self.policy.compression_level
         data, counts = _state_data(state, written.known)
         new = encode(data, base, level, counts)
+        if digest is not None and new.latest.digest != digest:
+            return False
         payload = choose_payload(
             manifest, base.data, new.latest, self.policy, created_us, new.patch
         )
