@@ -33,7 +33,7 @@ from tulip_memory.messages import Message, Role
 from tulip_memory.model_calls import (
     backoff_delay,
     estimate_tokens,
-    import_litellm,
+    import_litellm_async,
     is_retryable,
     retry_after_of,
     status_of,
@@ -404,7 +404,7 @@ def _cut(line: str, budget: int, count: TokenCounter) -> str:
 async def _model_summary(
     previous: str | None, messages: Sequence[Message], model: str, config: SummarySettings
 ) -> str:
-    litellm = import_litellm()
+    litellm = await import_litellm_async()
     text = previous or ""
     lines = render_transcript(messages)
     for chunk in chunk_lines(lines, config.max_input_tokens, _counter(litellm, model)):

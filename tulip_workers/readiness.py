@@ -19,6 +19,11 @@ forks):
 - Postgres answers but refuses (wrong password, no such database, tables not
   migrated): no wait can fix that, so the worker logs the one line and exits non-zero,
   for its supervisor to show.
+
+A worker that calls a model (an extraction shard with ``TULIP_EXTRACT_MODEL``, the
+summary queue with ``TULIP_SUMMARY_MODEL``) also loads the model client (litellm:
+seconds, tens of them on a loaded host) before it is ready, so its first events do not
+wait for that import, and a prefork pool's children inherit it loaded.
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ from celery.exceptions import WorkerShutdown
 
 from tulip_memory.config import database_url
 from tulip_memory.credentials import redact_url
+from tulip_memory.model_calls import import_litellm
 from tulip_memory.store import PgMemory
-from tulip_wire.topology import REINDEX_QUEUE
+from tulip_wire.topology import EXTRACT_QUEUE_PREFIX, REINDEX_QUEUE, SUMMARIZE_QUEUE
 from tulip_workers.event_worker import EventWorker
 from tulip_workers.failures import is_unreachable
 from tulip_workers.redelivery import ordered_queues
@@ -115,12 +121,33 @@ def wait_for_database(queue_names: Iterable[str], retry_seconds: float = RETRY_S
     log.info("Postgres at %s answers", where)
 
 
+def calls_a_model(queue_names: Iterable[str]) -> bool:
+    """Whether the worker of ``queue_names`` calls a model with the configured settings."""
+    names = list(queue_names)
+    s = runtime().settings
+    extracts = any(q.startswith(f"{EXTRACT_QUEUE_PREFIX}.") for q in names)
+    summarizes = SUMMARIZE_QUEUE in names
+    return (extracts and s.extractor is not None) or (summarizes and bool(s.summary_model))
+
+
+def load_model_client(queue_names: Iterable[str]) -> None:
+    """Import the model client now if the worker of ``queue_names`` will call a model."""
+    if not calls_a_model(queue_names):
+        return
+    started = time.monotonic()
+    import_litellm()
+    log.info("model client (litellm) loaded in %.1fs", time.monotonic() - started)
+
+
 def install(app: Celery) -> None:
-    """Before each worker of ``app`` consumes, wait for its shard queues' database."""
+    """Before each worker of ``app`` consumes, wait for its shard queues' database, and
+    load the model client it will call."""
 
     def check_before_consuming(instance: Any = None, **_: Any) -> None:
         if instance is not None and instance.app is app:
-            wait_for_database(instance.app.amqp.queues.consume_from)
+            queues = instance.app.amqp.queues.consume_from
+            wait_for_database(queues)
+            load_model_client(queues)
 
     signals.celeryd_after_setup.connect(
         check_before_consuming, weak=False, dispatch_uid=f"tulip-readiness-{id(app)}"

@@ -253,3 +253,45 @@ def test_importing_the_package_does_not_import_litellm() -> None:
         "assert 'litellm' not in sys.modules, 'litellm imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+_LOOP_DURING_IMPORT = """
+import asyncio, json, sys
+from tests.support.openai_server import FakeOpenAI, Reply
+from tulip_memory import model_calls
+from tulip_memory.extract import LLMExtractor, LLMExtractorConfig
+from tulip_memory.messages import Message, Role
+
+async def main() -> None:
+    seen = []  # what the loop saw while litellm was half imported (in sys.modules, not done)
+    done = asyncio.Event()
+
+    async def tick() -> None:
+        while not done.is_set():
+            if "litellm" in sys.modules and model_calls._module is None:
+                seen.append(1)
+            await asyncio.sleep(0.005)
+
+    with FakeOpenAI() as fake:
+        fake.script_chat(Reply(content=json.dumps({"memories": []})))
+        config = LLMExtractorConfig(model="openai/test-model", api_base=fake.url,
+                                    api_key="test", timeout=30.0, response_schema=False)
+        ticker = asyncio.create_task(tick())
+        await LLMExtractor(config).extract([Message(role=Role.USER, content="Hi, I'm Ana.")])
+        done.set()
+        await ticker
+    print(len(seen))
+
+asyncio.run(main())
+"""
+
+
+def test_the_first_extraction_imports_litellm_without_stalling_the_loop() -> None:
+    """A process's first extraction imports litellm (seconds): on a worker thread, so
+    every other event on the worker's loop goes on meanwhile (on the loop it would
+    stop them all, and a loaded host takes tens of seconds over it)."""
+    run = subprocess.run(
+        [sys.executable, "-c", _LOOP_DURING_IMPORT], capture_output=True, text=True, timeout=180
+    )
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout.strip().splitlines()[-1]) > 0, "the loop did not run during the import"

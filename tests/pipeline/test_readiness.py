@@ -97,3 +97,22 @@ def test_a_reindex_worker_waits_for_its_database_too(pipeline: Pipeline, tmp_pat
     good = start(pipeline, "reindex-good", pipeline.database_url, tmp_path, reindex=True)
     good.wait_ready(90)
     assert "Postgres at" in good.output() and "answers" in good.output()
+
+
+def test_a_worker_that_calls_a_model_loads_its_client_before_it_is_ready(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    """The litellm import (seconds) happens before "ready", not in its first events."""
+    env = worker_env(
+        **pipeline.env(
+            TULIP_EXTRACT_MODEL="openai/test-model",
+            TULIP_EXTRACT_API_BASE="http://127.0.0.1:9/v1",  # never called here
+            TULIP_EXTRACT_API_KEY="test",
+        )
+    )
+    worker = WorkerProcess("llm-ready", ["memory.extract.0"], env, tmp_path / "llm.log")
+    pipeline.workers.started.append(worker)
+    worker.start(wait=False).wait_ready(180)
+    output = worker.output()
+    loaded = output.find("model client (litellm) loaded")
+    assert 0 <= loaded < output.find(" ready."), output[-2000:]

@@ -37,7 +37,7 @@ class WorkerProcess:
     _out: object = field(default=None, repr=False)
     _logged_before: int = field(default=0, repr=False)
 
-    def start(self, ready_timeout: float = 60.0, *, wait: bool = True) -> WorkerProcess:
+    def start(self, ready_timeout: float = 120.0, *, wait: bool = True) -> WorkerProcess:
         # A worker restarted under its name appends to the same log: it is ready when
         # *this* start says so.
         self._logged_before = self.log.stat().st_size if self.log.exists() else 0
@@ -55,7 +55,7 @@ class WorkerProcess:
             self.wait_ready(ready_timeout)
         return self
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
+    def wait_ready(self, timeout: float = 120.0) -> None:
         """Until the worker logs that it is ready (since its last start)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

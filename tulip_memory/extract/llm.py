@@ -38,6 +38,7 @@ from tulip_memory.model_calls import (
     backoff_delay,
     estimate_tokens,
     import_litellm,
+    import_litellm_async,
     is_retryable,
     retry_after_of,
     status_of,
@@ -131,7 +132,7 @@ class LLMExtractor:
         self, messages: Sequence[Message], *, existing: Sequence[Memory] = ()
     ) -> ExtractionResult:
         """Extract memories from ``messages``; raises :class:`ExtractionError`."""
-        litellm = import_litellm()
+        litellm = await import_litellm_async()
         lines = trim_transcript(
             render_transcript(messages), self.config.max_transcript_tokens, self._count
         )
