@@ -14,23 +14,18 @@ wires that into Celery's worker start-up (``celeryd_after_setup``, which
 ``Worker.on_start`` sends before the blueprint starts the consumer).
 
 A message that kills every worker that runs it (OOM, a segfault in a native library)
-would come back this way forever. So the same atomic step counts, per task id, how
-many workers died *running* the message (``tulip:deaths:<task id>``, kept a week), and
-:func:`deaths` reads that count when a redelivered message arrives: past
-``TULIP_MAX_WORKER_DEATHS`` the task dead-letters it instead of running it. A shard
-worker reserves several messages and runs several at once, so it records the task ids
-it is running in ``tulip:running:<queue>`` (:func:`running`): a message that was only
-waiting in its buffer is not counted, and a redelivered message that was running when a
-worker died runs alone (``tulip_workers.keyed``), so a second death is its own.
-
-RabbitMQ needs no restore (it requeues a dead consumer's unacked messages itself, in
-place, marked redelivered) and so has no step that sees a death. There each *run*
-counts instead, in the Redis of ``TULIP_REDIS_URL`` (which a RabbitMQ deployment
-has): :func:`running` adds one to the same ``tulip:deaths:<task id>`` as the run
-starts and deletes it when the run ends, however it ends. A counter still there when
-the message comes back holds exactly the runs that never ended: the deaths, read by
-the same :func:`deaths`. (A message only waiting in a dead worker's buffer never
-started, so it is not counted either.)
+would come back this way forever (and on RabbitMQ, which needs no restore: it requeues
+a dead consumer's unacked messages itself, in place, marked redelivered). So each
+*run* of an ordered task counts, on every broker, in the Redis of ``TULIP_REDIS_URL``
+(the Redis broker itself unless set; a RabbitMQ deployment has one): :func:`running`
+adds one to ``tulip:deaths:<task id>`` (kept a week) as the run starts and deletes it
+when the run ends, however it ends. A counter still there when the message comes back
+holds exactly the runs that never ended, the deaths, read by :func:`deaths` for a
+redelivered message: past ``TULIP_MAX_WORKER_DEATHS`` the task dead-letters it
+instead of running it. A shard worker reserves several messages and runs several at
+once: a message only waiting in a dead worker's buffer never started, so it is not
+counted, and a redelivered message that was running when a worker died (a count above
+zero) runs alone (``tulip_workers.keyed``), so a second death is its own.
 """
 
 from __future__ import annotations
@@ -53,7 +48,7 @@ from kombu.utils.json import dumps, loads
 
 from tulip_memory.credentials import redact_url
 from tulip_wire.endpoints import redis_client
-from tulip_wire.topology import DEATHS_PREFIX, RUNNING_PREFIX, is_ordered_queue
+from tulip_wire.topology import DEATHS_PREFIX, is_ordered_queue
 from tulip_workers import reliable_redis
 from tulip_workers.reliable_redis import delivering_key
 
@@ -74,8 +69,6 @@ class _Move:
     entry: _Raw  # the hash value as read: the script moves it only if unchanged
     queue_key: str
     payload: str
-    counter: str  # the death counter of the message's task id
-    was_running: bool  # the dead worker was running it (not just holding it)
 
 
 def restore_unacked(connection_or_channel: Any, queues: Iterable[str]) -> int:
@@ -99,47 +92,21 @@ def restore_unacked(connection_or_channel: Any, queues: Iterable[str]) -> int:
     hash_key, index_key = prefix + channel.unacked_key, prefix + channel.unacked_index_key
     entries = _unacked_oldest_first(client, hash_key, index_key)
     own = sorted(set(queues))
-    running_keys = [_running_key(channel, q) for q in own]
-    ran = {bytes_to_str(t) for key in running_keys for t in client.smembers(key)}
-    moves = _plan(channel, entries, frozenset(queues), ran)
+    moves = _plan(channel, entries, frozenset(queues))
     lists = [key for q in own for key in (delivering_key(prefix, q), _queue_key(channel, q, {}))]
     script = client.register_script(_lua("restore_unacked.lua"))
-    keys = [hash_key, index_key, *(m.queue_key for m in moves), *(m.counter for m in moves), *lists]
-    args = [
-        value for m in moves for value in (m.tag, m.entry, m.payload, "1" if m.was_running else "0")
-    ]
-    moved = int(script(keys=keys, args=[*args, DEATHS_TTL, len(own)]))
-    client.delete(*running_keys)
-    return moved
+    keys = [hash_key, index_key, *(m.queue_key for m in moves), *lists]
+    args = [value for m in moves for value in (m.tag, m.entry, m.payload)]
+    return int(script(keys=keys, args=[*args, len(own)]))
 
 
 @contextmanager
-def running(
-    app: Celery, queue: str | None, task_id: str, redis_url: str | None = None
-) -> Iterator[None]:
-    """Record ``task_id`` as running on ``queue`` for as long as the block runs, so a
-    death while it runs is counted against it: in the Redis broker's running set, or
-    on another broker as a run counted in ``redis_url`` (nothing without one). A
-    Redis that cannot be reached here is logged, never fatal: the count is a safety net."""
-    if queue is None:
-        yield
-        return
-    if not _on_redis(app):
-        with _counted_run(task_id, redis_url):
-            yield
-        return
-    key = _mark(app, queue, task_id, add=True)
-    try:
-        yield
-    finally:
-        if key is not None:
-            _mark(app, queue, task_id, add=False)
-
-
-@contextmanager
-def _counted_run(task_id: str, redis_url: str | None) -> Iterator[None]:
-    """One run of ``task_id`` added to its death counter until the run ends."""
-    client = _counter_client(redis_url)
+def running(queue: str | None, task_id: str, redis_url: str | None) -> Iterator[None]:
+    """One run of ``task_id`` (delivered from ``queue``) added to its death counter in
+    ``redis_url`` until the run ends, so a death while it runs is counted against it
+    (nothing without a Redis, nor for a call that came from no queue). A Redis that
+    cannot be reached here is logged, never fatal: the count is a safety net."""
+    client = None if queue is None else _counter_client(redis_url)
     key = f"{DEATHS_PREFIX}{task_id}"
     try:
         if client is not None:
@@ -163,72 +130,16 @@ def _counted_run(task_id: str, redis_url: str | None) -> Iterator[None]:
 @functools.cache
 def _counter_client(redis_url: str | None) -> redis.Redis | None:
     if redis_url is None:
-        logger.warning("no TULIP_REDIS_URL: deaths of workers are not counted on this broker")
+        logger.warning("no TULIP_REDIS_URL: deaths of workers are not counted")
         return None
     return redis_client(redis_url, socket_timeout=5, socket_connect_timeout=5)
 
 
-@functools.cache
-def _on_redis(app: Celery) -> bool:
-    with app.connection_for_write() as connection:
-        return bool(connection.transport.driver_type == "redis")
-
-
-def _mark(app: Celery, queue: str, task_id: str, *, add: bool) -> str | None:
-    """One ``SADD``/``SREM`` on a pooled broker connection (``app.pool``): twice per
-    task, so never a connection of its own (a new kombu channel pings Redis)."""
-    try:
-        with app.pool.acquire(block=True) as connection:
-            channel = _redis_channel(connection)
-            client = redis.Redis(connection_pool=channel.pool)
-            key = _running_key(channel, queue)
-            if add:
-                client.sadd(key, task_id)
-            else:
-                client.srem(key, task_id)
-            return key
-    except Exception:
-        logger.warning("could not record %s as running on %s", task_id, queue, exc_info=True)
-        return None
-
-
-def _running_key(channel: Any, queue: str) -> str:
-    return f"{channel.global_keyprefix}{RUNNING_PREFIX}{queue}"
-
-
-def deaths(app: Celery, task_id: str, redis_url: str | None = None) -> int:
-    """How many shard workers died running the message of ``task_id`` (0 for messages
-    never restored or counted, and on another broker without ``redis_url``)."""
-    with app.connection_for_write() as connection:
-        if connection.transport.driver_type != "redis":
-            client = _counter_client(redis_url)
-            return 0 if client is None else int(client.get(f"{DEATHS_PREFIX}{task_id}") or 0)
-        channel = _redis_channel(connection)
-        client = redis.Redis(connection_pool=channel.pool)
-        return int(client.get(_counter(channel, task_id)) or 0)
-
-
-def forget_deaths(app: Celery, task_id: str) -> None:
-    """Drop the death count of a message that has now been handled (on another broker
-    the end of its run already did)."""
-    with app.connection_for_write() as connection:
-        if connection.transport.driver_type != "redis":
-            return
-        channel = _redis_channel(connection)
-        redis.Redis(connection_pool=channel.pool).delete(_counter(channel, task_id))
-
-
-def _counter(channel: Any, task_id: str) -> str:
-    return f"{channel.global_keyprefix}{DEATHS_PREFIX}{task_id}"
-
-
-def _task_id(payload: dict[str, Any], tag: _Raw) -> str:
-    """The Celery task id of a message (protocol 2 header, else the AMQP correlation
-    id), else its delivery tag."""
-    task_id = payload.get("headers", {}).get("id") or payload.get("properties", {}).get(
-        "correlation_id"
-    )
-    return str(task_id) if task_id else f"tag:{bytes_to_str(tag)}"
+def deaths(task_id: str, redis_url: str | None) -> int:
+    """How many workers died running the message of ``task_id`` (its runs that never
+    ended; 0 without a Redis)."""
+    client = _counter_client(redis_url)
+    return 0 if client is None else int(client.get(f"{DEATHS_PREFIX}{task_id}") or 0)
 
 
 def ordered_queues(names: Iterable[str]) -> list[str]:
@@ -314,9 +225,7 @@ def _unacked_oldest_first(
     return sorted(entries.items(), key=lambda item: (delivered.get(item[0], math.inf), item[0]))
 
 
-def _plan(
-    channel: Any, entries: list[tuple[_Raw, _Raw]], wanted: frozenset[str], ran: set[str]
-) -> list[_Move]:
+def _plan(channel: Any, entries: list[tuple[_Raw, _Raw]], wanted: frozenset[str]) -> list[_Move]:
     routes: dict[tuple[str, str], list[str]] = {}
     moves: list[_Move] = []
     for tag, entry in entries:
@@ -324,12 +233,9 @@ def _plan(
         route = (exchange, routing_key)
         if route not in routes:
             routes[route] = _own_queues(channel, exchange, routing_key, wanted)
-        task_id = _task_id(payload, tag)
-        counter = _counter(channel, task_id)
         redelivered = _mark_redelivered(payload)
         moves += [
-            _Move(tag, entry, _queue_key(channel, q, payload), redelivered, counter, task_id in ran)
-            for q in routes[route]
+            _Move(tag, entry, _queue_key(channel, q, payload), redelivered) for q in routes[route]
         ]
     return moves
 

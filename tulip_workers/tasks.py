@@ -20,7 +20,7 @@ from tulip_wire.topology import REINDEX_TASK, SUMMARIZE_TASK
 from tulip_workers.app import app
 from tulip_workers.event_worker import DEAD, EventWorker
 from tulip_workers.keyed import envelope_key
-from tulip_workers.redelivery import deaths, forget_deaths, running
+from tulip_workers.redelivery import deaths, running
 from tulip_workers.reindexing import REINDEX_RETRIES, batch_args
 from tulip_workers.runtime import WorkerRuntime, reset_after_fork, runtime
 
@@ -67,15 +67,10 @@ def _ordered(
     # A message that was running when a worker died runs alone: a second death is its own.
     with (
         rt.order(event_type).turn(task_id, envelope_key(body, task_id), exclusive=died > 0),
-        running(app, queue, task_id, rt.settings.redis_url),
+        running(queue, task_id, rt.settings.redis_url),
     ):
         coro = worker(rt).handle_durably(body, request.id, queue, killed=killed)
         outcome = rt.run(coro)
-    if redelivered:
-        try:
-            forget_deaths(app, request.id)
-        except Exception:  # the count outlives the message by a week at most
-            log.warning("could not drop the death count of %s", request.id, exc_info=True)
     if outcome.outcome == DEAD:
         raise DeadLettered(outcome.reason or "dead letter")
     return outcome.outcome
@@ -89,7 +84,7 @@ def _max_deaths() -> int:
 def _deaths(task_id: str) -> int:
     """How many workers died running this message (0 when the broker cannot say)."""
     try:
-        return deaths(app, task_id, runtime().settings.redis_url)
+        return deaths(task_id, runtime().settings.redis_url)
     except Exception:  # the broker just went away: run it; the next restore counts on
         log.warning("could not read the death count of %s", task_id, exc_info=True)
         return 0

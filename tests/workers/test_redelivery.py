@@ -25,8 +25,15 @@ from kombu import Connection, Exchange, Queue
 from tests.support.redelivery_app import TASK_NAME
 from tulip_ops.dev.supervisor import WorkerSpec
 from tulip_wire import celeryconfig
-from tulip_wire.topology import DEATHS_PREFIX, RUNNING_PREFIX
-from tulip_workers.redelivery import ordered_queues, restore_for_worker, restore_unacked
+from tulip_wire.topology import DEATHS_PREFIX
+from tulip_workers.redelivery import (
+    DEATHS_TTL,
+    deaths,
+    ordered_queues,
+    restore_for_worker,
+    restore_unacked,
+    running,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 REDELIVERY_APP = "tests.support.redelivery_app"
@@ -219,35 +226,29 @@ def test_restore_puts_messages_back_oldest_first_and_leaves_other_queues(redis_u
         assert r.hlen(f"{prefix}unacked") == r.zcard(f"{prefix}unacked_index") == 1  # OTHER's
 
 
-def test_restore_counts_a_death_only_against_the_messages_that_were_running(
-    redis_url: str,
-) -> None:
-    """A shard worker holds several messages and runs a few: the ones merely waiting in
-    its buffer did not kill it, so only the running ones get a death counted."""
-    prefix = f"test-{uuid.uuid4().hex[:10]}:"
-    queue = Queue(QUEUE, Exchange("memory", type="direct"), routing_key=QUEUE)
-    options = {"global_keyprefix": prefix}
-    with Connection(kombu_url(redis_url), transport_options=options) as conn:
-        producer = conn.Producer()
-        for n in (1, 2, 3):
-            producer.publish(
-                {"n": n},
-                exchange=queue.exchange,
-                routing_key=QUEUE,
-                declare=[queue],
-                headers={"id": f"task-{n}"},
-            )
-        dead = conn.channel()
-        assert [dead.basic_get(QUEUE).payload["n"] for _ in range(3)] == [1, 2, 3]
-        dead.qos._delivered.clear()  # SIGKILLed holding all three, running task-2
+def test_deaths_are_the_runs_that_never_ended(redis_url: str) -> None:
+    """A run counts from its start until it ends, however it ends: what a worker that
+    died leaves is exactly the runs it never finished; a message only waiting in its
+    buffer never ran, so it has no count; a call from no queue is not counted."""
+    tag = uuid.uuid4().hex[:10]
+    ended, died, waited = (f"{tag}-{n}" for n in ("ended", "died", "waited"))
+    with running(QUEUE, ended, redis_url):
+        assert deaths(ended, redis_url) == 1  # while it runs
+    with pytest.raises(RuntimeError), running(QUEUE, ended, redis_url):
+        raise RuntimeError("the task failed: its run ended all the same")
+    assert deaths(ended, redis_url) == 0
+    killed = [running(QUEUE, died, redis_url) for _ in range(2)]  # SIGKILLed mid-run, twice:
+    for run in killed:  # entered, never left (kept referenced: no generator cleanup runs)
+        run.__enter__()
+    assert deaths(died, redis_url) == 2
+    assert deaths(waited, redis_url) == 0
+    with running(None, waited, redis_url):
+        assert deaths(waited, redis_url) == 0
     with redis.Redis.from_url(redis_url) as r:
-        r.sadd(f"{prefix}{RUNNING_PREFIX}{QUEUE}", "task-2")
-    with Connection(kombu_url(redis_url), transport_options=options) as conn:
-        assert restore_unacked(conn, [QUEUE]) == 3
-    with redis.Redis.from_url(redis_url) as r:
-        counts = {n: r.get(f"{prefix}{DEATHS_PREFIX}task-{n}") for n in (1, 2, 3)}
-        assert counts == {1: None, 2: b"1", 3: None}
-        assert not r.exists(f"{prefix}{RUNNING_PREFIX}{QUEUE}")  # the dead worker's record
+        assert 0 < int(r.ttl(f"{DEATHS_PREFIX}{died}")) <= DEATHS_TTL
+    with running(QUEUE, died, redis_url):  # its next run ends: the message is done
+        pass
+    assert deaths(died, redis_url) == 0
 
 
 def test_restore_keeps_a_messages_priority_list(redis_url: str) -> None:

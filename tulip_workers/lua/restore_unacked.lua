@@ -1,6 +1,5 @@
--- Move unacknowledged messages of a dead consumer back to the head of their queues,
--- and count, per message, how many consumers died while running it (a message merely
--- reserved, waiting in the consumer's buffer, is not counted: it did not kill anyone).
+-- Move unacknowledged messages of a dead consumer back to the head of their queues.
+-- (Deaths are counted by each run, not here: tulip_workers.redelivery.running.)
 --
 -- kombu's Redis transport publishes with LPUSH and consumes with BRPOP/RPOP, so the
 -- head (the end consumed next) is the RIGHT end of the list: RPUSH puts a message
@@ -15,22 +14,19 @@
 -- KEYS[1]          kombu's unacked hash   (tag -> JSON [payload, exchange, routing_key])
 -- KEYS[2]          kombu's unacked index  (sorted set: tag -> delivery time)
 -- KEYS[2+i]        the list that move i pushes to            (i = 1..n)
--- KEYS[2+n+i]      the death counter of move i's message (by task id)
--- KEYS[2+2n+2p-1]  the delivering list of queue p            (p = 1..q)
--- KEYS[2+2n+2p]    queue p's list
--- ARGV             four values per move i: tag, the hash entry exactly as read (a guard:
---                  if kombu acked or restored it meanwhile, the move is skipped), payload,
---                  "1" if the dead consumer was running it; then the counters' time to
---                  live; then q
+-- KEYS[2+n+2p-1]   the delivering list of queue p            (p = 1..q)
+-- KEYS[2+n+2p]     queue p's list
+-- ARGV             three values per move i: tag, the hash entry exactly as read (a guard:
+--                  if kombu acked or restored it meanwhile, the move is skipped), payload;
+--                  then q
 --
 -- Returns how many messages were moved (distinct unacked tags plus delivering items).
 local queues = tonumber(ARGV[#ARGV])
-local moves = (#KEYS - 2 - 2 * queues) / 2
-local ttl = ARGV[4 * moves + 1]
+local moves = #KEYS - 2 - 2 * queues
 local moved = 0
 
 for p = 1, queues do
-  local delivering, queue = KEYS[2 + 2 * moves + 2 * p - 1], KEYS[2 + 2 * moves + 2 * p]
+  local delivering, queue = KEYS[2 + moves + 2 * p - 1], KEYS[2 + moves + 2 * p]
   local items = redis.call('LRANGE', delivering, 0, -1)
   for j = 1, #items do
     redis.call('RPUSH', queue, items[j])
@@ -41,25 +37,15 @@ end
 
 local live = {}
 for i = 1, moves do
-  local tag = ARGV[4 * i - 3]
+  local tag = ARGV[3 * i - 2]
   if live[tag] == nil then
-    live[tag] = redis.call('HGET', KEYS[1], tag) == ARGV[4 * i - 2]
+    live[tag] = redis.call('HGET', KEYS[1], tag) == ARGV[3 * i - 1]
   end
 end
 
 for i = moves, 1, -1 do
-  if live[ARGV[4 * i - 3]] then
-    redis.call('RPUSH', KEYS[2 + i], ARGV[4 * i - 1])
-  end
-end
-
-local counted = {}
-for i = 1, moves do
-  local tag = ARGV[4 * i - 3]
-  if live[tag] and ARGV[4 * i] == '1' and not counted[tag] then
-    counted[tag] = true
-    redis.call('INCR', KEYS[2 + moves + i])
-    redis.call('EXPIRE', KEYS[2 + moves + i], ttl)
+  if live[ARGV[3 * i - 2]] then
+    redis.call('RPUSH', KEYS[2 + i], ARGV[3 * i])
   end
 end
 
