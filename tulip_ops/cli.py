@@ -170,10 +170,14 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--all", action="store_true", help="include replayed ones")
     listing.set_defaults(run=_dlq, action="list")
     show = dlq_sub.add_parser("show", help="one dead letter with its event body")
-    show.add_argument("event_id", help="the dead event's id")
-    show.set_defaults(run=_dlq, action="show")
     replay = dlq_sub.add_parser("replay", help="re-publish with the original sequence number")
-    replay.add_argument("event_id", help="the dead event's id")
+    for command in (show, replay):
+        command.add_argument("event_id", help="the dead event's id")
+        command.add_argument(
+            "--tenant",
+            help="the letter's tenant; needed only when tenants hold letters of the same id",
+        )
+    show.set_defaults(run=_dlq, action="show")
     replay.set_defaults(run=_dlq, action="replay")
     return parser
 
@@ -275,13 +279,16 @@ async def _dlq_async(url: str, args: argparse.Namespace) -> list[str]:
             letters = await dlq.list_dead(conn, limit=args.limit, include_replayed=args.all)
             return [dlq.describe(d) for d in letters] or ["no dead letters"]
         if args.action == "show":
-            letter = await dlq.show(conn, args.event_id)
+            letter = await dlq.show(conn, args.event_id, args.tenant)
             return [dlq.describe(letter), letter.body]
         from tulip_producer import Producer
 
         with Producer.from_env() as producer:
-            letter = await dlq.replay(conn, args.event_id, producer.republish)
-        return [f"replayed {letter.event_id} (seq {letter.seq}) to its shard queue"]
+            letter = await dlq.replay(conn, args.event_id, producer.republish, args.tenant)
+        return [
+            f"replayed {letter.event_id} of tenant {letter.tenant} (seq {letter.seq}) "
+            "to its shard queue"
+        ]
     finally:
         await conn.close()
 

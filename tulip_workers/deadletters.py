@@ -1,7 +1,9 @@
 """Events that failed for good, kept whole with their reason until replayed.
 
 Rows hold the event's content, so the table is tenant-scoped like the memories:
-forced row-level security on ``tenant``. The worker writes a dead letter with its
+forced row-level security on ``tenant``, and keyed by ``(tenant, event_id)`` like the
+event ledger, so one tenant's letter never stands in the way of (or reveals itself
+to) another tenant's letter of the same id. The worker writes a dead letter with its
 event's tenant pinned; the ``tulip-memory dlq`` commands read across tenants through
 an administrator connection.
 
@@ -75,6 +77,14 @@ LETTERS = Family(
                 "ALTER TABLE {t} ALTER COLUMN size SET NOT NULL",
             ),
         ),
+        Migration(
+            4,
+            "a dead letter is its tenant's: keyed by (tenant, event_id), like the ledger",
+            (
+                "ALTER TABLE {t} DROP CONSTRAINT {p}_pkey",
+                "ALTER TABLE {t} ADD PRIMARY KEY (tenant, event_id)",
+            ),
+        ),
     ),
 )
 _NAMES = {"p": TABLE.rpartition(".")[2]}
@@ -82,14 +92,15 @@ _NAMES = {"p": TABLE.rpartition(".")[2]}
 _PUT = f"""
 INSERT INTO {TABLE} (event_id, tenant, type, key, seq, reason, raw, sha256, size, attempts)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-ON CONFLICT (event_id) DO UPDATE SET
+ON CONFLICT (tenant, event_id) DO UPDATE SET
     reason = EXCLUDED.reason, raw = EXCLUDED.raw, sha256 = EXCLUDED.sha256,
     size = EXCLUDED.size, attempts = EXCLUDED.attempts, failed_at = now(), replayed_at = NULL"""
 _LIST = f"""
 SELECT * FROM {TABLE} WHERE replayed_at IS NULL OR $1
 ORDER BY failed_at DESC LIMIT $2"""
-_GET = f"SELECT * FROM {TABLE} WHERE event_id = $1"
-_REPLAYED = f"UPDATE {TABLE} SET replayed_at = now() WHERE event_id = $1"
+_GET = f"SELECT * FROM {TABLE} WHERE tenant = $1 AND event_id = $2"
+_FIND = f"SELECT * FROM {TABLE} WHERE event_id = $1 ORDER BY tenant"
+_REPLAYED = f"UPDATE {TABLE} SET replayed_at = now() WHERE tenant = $1 AND event_id = $2"
 _FIELDS = ("event_id", "tenant", "type", "key", "seq", "reason", "raw", "sha256", "size")
 
 
@@ -207,14 +218,20 @@ class DeadLetters(FixedTable):
         values[_FIELDS.index("reason")] = letter.reason[:MAX_REASON_CHARS]
         await conn.execute(_PUT, *values, letter.attempts)
 
+    async def find(self, conn: Any, event_id: str) -> list[DeadLetter]:
+        """Every dead letter of ``event_id`` that ``conn`` sees, one per tenant, by
+        tenant (an operator sees all of them)."""
+        return [DeadLetter.from_row(r) for r in await conn.fetch(_FIND, event_id)]
+
     async def list(
         self, conn: Any, *, limit: int = 50, include_replayed: bool = False
     ) -> list[DeadLetter]:
         return [DeadLetter.from_row(r) for r in await conn.fetch(_LIST, include_replayed, limit)]
 
-    async def get(self, conn: Any, event_id: str) -> DeadLetter | None:
-        row = await conn.fetchrow(_GET, event_id)
+    async def get(self, conn: Any, event_id: str, *, tenant: str) -> DeadLetter | None:
+        """``tenant``'s dead letter of ``event_id`` (another tenant may hold the same id)."""
+        row = await conn.fetchrow(_GET, tenant, event_id)
         return None if row is None else DeadLetter.from_row(row)
 
-    async def mark_replayed(self, conn: Any, event_id: str) -> None:
-        await conn.execute(_REPLAYED, event_id)
+    async def mark_replayed(self, conn: Any, event_id: str, *, tenant: str) -> None:
+        await conn.execute(_REPLAYED, tenant, event_id)

@@ -35,16 +35,30 @@ async def list_dead(
     return await DeadLetters().list(conn, limit=limit, include_replayed=include_replayed)
 
 
-async def show(conn: Any, event_id: str) -> DeadLetter:
-    letter = await DeadLetters().get(conn, event_id)
-    if letter is None:
-        raise LookupError(f"no dead letter with event id {event_id!r}")
-    return letter
+async def show(conn: Any, event_id: str, tenant: str | None = None) -> DeadLetter:
+    """The dead letter of ``event_id`` (of ``tenant``, when given). Letters are keyed
+    by tenant and event id, so tenants may hold letters of the same id: then the
+    tenant must be named, and the error lists the tenants that hold one."""
+    letters = await DeadLetters().find(conn, event_id)
+    if tenant is not None:
+        letters = [d for d in letters if d.tenant == tenant]
+    if not letters:
+        of = f" in tenant {tenant!r}" if tenant is not None else ""
+        raise LookupError(f"no dead letter with event id {event_id!r}{of}")
+    if len(letters) > 1:
+        tenants = ", ".join(repr(d.tenant) for d in letters)
+        raise LookupError(
+            f"event id {event_id!r} has dead letters in tenants {tenants}: name one with --tenant"
+        )
+    return letters[0]
 
 
-async def replay(conn: Any, event_id: str, republish: Republish) -> DeadLetter:
-    """Re-publish a dead letter; the ledger lets the worker apply it once more."""
-    letter = await show(conn, event_id)
+async def replay(
+    conn: Any, event_id: str, republish: Republish, tenant: str | None = None
+) -> DeadLetter:
+    """Re-publish a dead letter; the ledger lets the worker apply it once more. Only
+    that tenant's letter and ledger row change (:func:`show` picks the letter)."""
+    letter = await show(conn, event_id, tenant)
     try:
         decode(letter.body)
     except EventError as e:
@@ -56,7 +70,7 @@ async def replay(conn: Any, event_id: str, republish: Republish) -> DeadLetter:
     # a failed publish puts the marks back and the dead letter stays listed.
     async with conn.transaction():
         await EventLedger().mark_replaying(conn, event_id, tenant=letter.tenant)
-        await DeadLetters().mark_replayed(conn, event_id)
+        await DeadLetters().mark_replayed(conn, event_id, tenant=letter.tenant)
     try:
         republish(letter.body)
     except BaseException:

@@ -442,18 +442,22 @@ class EventWorker(ABC):
         return result
 
     async def _file_unclaimed(self, letter: DeadLetter, digest_id: str | None) -> DeadLetter:
-        """File a letter under the id its message names, unless another letter holds
-        that id (a forger naming someone's dead letter must not replace it, nor stop
-        the shard on the row it may not see): then under ``digest_id``, a digest of
-        its body. The same message filed again finds its own letter. Without
-        ``digest_id`` (an event's own letter) it is filed under its id, as it is."""
+        """File a letter under the id its message names, unless another letter of its
+        tenant holds that id (a forger naming a dead letter of the unknown tenant must
+        not replace it): then under ``digest_id``, a digest of its body. Letters are
+        keyed by ``(tenant, event_id)``, so another tenant's letter of that id neither
+        counts nor stands in the way. The same message filed again finds its own
+        letter. Without ``digest_id`` (an event's own letter) it is filed under its
+        id, as it is."""
         if digest_id is None:
             await self._file(letter)
             return letter
         if letter.event_id != digest_id:
             try:
                 async with self.store.transaction(letter.tenant) as tx:
-                    held = await self.dead_letters.get(tx.conn, letter.event_id)
+                    held = await self.dead_letters.get(
+                        tx.conn, letter.event_id, tenant=letter.tenant
+                    )
                 if held is None or held.sha256 == letter.sha256:
                     await self._file(letter)
                     return letter

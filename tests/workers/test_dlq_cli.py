@@ -8,6 +8,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from tulip_producer import AsyncProducer, ProducerSettings
 from tulip_producer.queued import QueuedMemoryManager
 from tulip_producer.reader import AsyncReader
 from tulip_wire.events import encode, session_ended
+from tulip_workers.deadletters import DeadLetters
 from tulip_workers.extraction import APPLIED, DEAD, ExtractionWorker
 from tulip_workers.extractors import heuristic
 from tulip_workers.retry import RetryPolicy
@@ -55,6 +57,17 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def operator_env(postgres: Postgres, broker: str, tmp_path: Path) -> dict[str, str]:
+    """What an operator's shell sets for ``tulip-memory dlq``."""
+    return {
+        "TULIP_DATABASE_ADMIN_URL": postgres.admin_dsn,
+        "TULIP_BROKER_URL": broker,
+        "TULIP_REDIS_URL": broker,
+        "TULIP_SPOOL_DIR": str(tmp_path / "spool"),
+        "TULIP_EXTRACT_SHARDS": "2",
+    }
+
+
 async def test_list_show_and_replay_dead_letters(
     store: PgMemory, postgres: Postgres, redis_url: str, tenant: str, tmp_path: Path
 ) -> None:
@@ -69,13 +82,7 @@ async def test_list_show_and_replay_dead_letters(
     assert await failing.handle('{"v": 1, "id": "x"}', malformed_id) == DEAD
 
     broker = with_db(redis_url, DB)
-    settings = {
-        "TULIP_DATABASE_ADMIN_URL": postgres.admin_dsn,
-        "TULIP_BROKER_URL": broker,
-        "TULIP_REDIS_URL": broker,
-        "TULIP_SPOOL_DIR": str(tmp_path / "spool"),
-        "TULIP_EXTRACT_SHARDS": "2",
-    }
+    settings = operator_env(postgres, broker, tmp_path)
     listed = cli(settings, "list", "--limit", "500")
     assert listed.returncode == 0, listed.stderr
     assert env.id in listed.stdout and "ExtractionError" in listed.stdout
@@ -101,6 +108,54 @@ async def test_list_show_and_replay_dead_letters(
     assert await healthy.handle(delivered[0].args[0]) == APPLIED
     assert (await reader.status(env.id, tenant=tenant)).state == "applied"
     assert env.id not in cli(settings, "list", "--limit", "500").stdout
+
+
+async def test_two_tenants_dead_letters_of_one_event_id_stay_apart(
+    store: PgMemory, postgres: Postgres, redis_url: str, tenant: str, tmp_path: Path
+) -> None:
+    """Tenant B's message names tenant A's event id (a forger can): each tenant gets a
+    whole dead letter of that id, sees only its own, and a replay touches only one."""
+    failing = ExtractionWorker(
+        store=store, extractor=model_garbage, retry=RetryPolicy(attempts=2, base=0.01, cap=0.02)
+    )
+    other = f"{tenant}-b"
+    msgs = [Message(role=Role.USER, content="My favourite colour is green.")]
+    mine = session_ended((tenant, "users", "u1"), "t", msgs, ts=time.time()).with_seq(3)
+    theirs = replace(
+        session_ended((other, "users", "u9"), "t", msgs, ts=time.time()).with_seq(5), id=mine.id
+    )
+    bodies = {tenant: encode(mine), other: encode(theirs)}
+    for body in bodies.values():
+        assert await failing.handle(body, mine.id) == DEAD
+    reader = AsyncReader(store)
+    for t in bodies:
+        assert (await reader.status(mine.id, tenant=t)).state == "dead"
+        async with store.transaction(t) as tx:  # the application role, under RLS
+            seen = await DeadLetters().find(tx.conn, mine.id)
+        assert [(d.tenant, d.body) for d in seen] == [(t, bodies[t])]
+
+    broker = with_db(redis_url, DB)
+    settings = operator_env(postgres, broker, tmp_path)
+    ambiguous = cli(settings, "replay", mine.id)
+    assert ambiguous.returncode == 1
+    assert repr(tenant) in ambiguous.stderr and repr(other) in ambiguous.stderr
+    shown = cli(settings, "show", mine.id, "--tenant", other)
+    assert shown.returncode == 0, shown.stderr
+    assert bodies[other] in shown.stdout and bodies[tenant] not in shown.stdout
+    replayed = cli(settings, "replay", mine.id, "--tenant", tenant)
+    assert replayed.returncode == 0, replayed.stderr
+    assert f"of tenant {tenant}" in replayed.stdout
+    delivered = take_all(
+        ProducerSettings(broker_url=broker, redis_url=broker, extract_shards=2),
+        lambda e: e.id == mine.id,
+    )
+    assert [d.args[0] for d in delivered] == [bodies[tenant]]
+    assert (await reader.status(mine.id, tenant=tenant)).state == "pending"
+    assert (await reader.status(mine.id, tenant=other)).state == "dead"
+    listed = cli(settings, "list", "--limit", "500").stdout
+    assert f"tenant={other}" in listed and f"tenant={tenant}  " not in listed
+    shown = cli(settings, "show", mine.id)  # the replayed letter is kept, marked
+    assert shown.returncode == 1 and "name one with --tenant" in shown.stderr
 
 
 async def test_queued_memory_manager_publishes_and_recalls(
