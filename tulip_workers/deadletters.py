@@ -189,6 +189,11 @@ class DeadLetter:
     def minimal(self) -> bool:
         return self.raw is None
 
+    @property
+    def digest_id(self) -> str:
+        """Its body's digest as an event id (32 hex digits, like ``forged_event_id``)."""
+        return self.sha256[:32]
+
 
 def minimal(letter: DeadLetter, why: str | None = None) -> DeadLetter:
     """The letter without content: id, digest, size and reason (and why the full

@@ -321,7 +321,11 @@ class EventWorker(ABC):
 
     async def _file_whole_or_minimal(self, letter: DeadLetter, digest_id: str | None) -> DeadLetter:
         """File ``letter`` (:meth:`_file_unclaimed`); one that cannot be stored, whatever
-        its content, is replaced by a minimal one. A database that is away is waited for."""
+        its content, is replaced by a minimal one. A database that is away is waited for.
+
+        Minimal letters all live in the unknown tenant, where another tenant's minimal
+        letter may hold the same event id: one is filed under its id only if no other
+        letter holds it, else under its body's digest (never over the other one)."""
         try:
             return await self._file_unclaimed(letter, digest_id)
         except Exception as e:
@@ -332,7 +336,8 @@ class EventWorker(ABC):
                 letter.event_id,
                 redact(describe(e)),
             )
-            return await self._file_unclaimed(minimal(letter, describe(e)), digest_id)
+            digest = digest_id or letter.digest_id
+            return await self._file_unclaimed(minimal(letter, describe(e)), digest)
 
     async def _file(self, letter: DeadLetter) -> None:
         waits = 0

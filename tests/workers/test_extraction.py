@@ -205,6 +205,43 @@ async def test_a_full_letter_that_cannot_be_stored_becomes_a_minimal_one(
     assert (await reader.status(task_id, tenant=UNKNOWN_TENANT)).state == "dead"
 
 
+async def test_two_tenants_minimal_letters_of_one_event_id_are_both_kept(
+    store: PgMemory, postgres: Postgres, tenant: str
+) -> None:
+    """Minimal letters all live in the unknown tenant: one whose event id another
+    tenant's minimal letter holds is filed under its body's digest, never over it."""
+
+    async def garbage(messages: Sequence[Message], existing: Sequence[Memory]) -> list[Memory]:
+        raise ValueError("the model answered garbage")
+
+    worker = ExtractionWorker(store=store, extractor=garbage, retry=FAST)
+    await worker.handle("warm-up", uuid.uuid4().hex)  # the dead-letter table exists
+    marker = f"refused-{uuid.uuid4().hex[:12]}"
+    first = event((tenant, "users", "u1"), f"{marker} one")
+    second = Envelope(**{**vars(event((f"{tenant}-b", "users", "u1"), f"{marker} two")),
+                         "id": first.id})  # fmt: skip
+    admin = await asyncpg.connect(postgres.admin_dsn)
+    check = f"refuse_{marker.replace('-', '_')}"
+    await admin.execute(
+        f"ALTER TABLE tulip_dead_letters ADD CONSTRAINT {check} "
+        f"CHECK (raw IS NULL OR position('{marker}'::bytea in raw) = 0)"
+    )
+    try:
+        for env in (first, second):
+            outcome = await worker.handle_durably(encode(env), env.id)
+            assert outcome.outcome == DEAD and "minimal letter" in (outcome.reason or "")
+        rows = await admin.fetch(
+            "SELECT event_id FROM tulip_dead_letters WHERE tenant = $1 AND sha256 = ANY($2)",
+            UNKNOWN_TENANT,
+            [hashlib.sha256(encode(env).encode()).hexdigest() for env in (first, second)],
+        )
+    finally:
+        await admin.execute(f"ALTER TABLE tulip_dead_letters DROP CONSTRAINT {check}")
+        await admin.close()
+    assert len(rows) == 2, rows
+    assert first.id in {r["event_id"] for r in rows}
+
+
 async def test_an_unreachable_model_is_waited_for_without_using_attempts(
     store: PgMemory, reader: AsyncReader, tenant: str
 ) -> None:
