@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import boto3
@@ -177,6 +179,23 @@ async def test_poison_is_a_dead_letter_with_its_bytes_and_the_shard_moves_on(
     assert await worker.handle(encode(later), later.id) == APPLIED
 
 
+@contextlib.asynccontextmanager
+async def refusing_full_letters(postgres: Postgres, marker: str) -> AsyncIterator[Any]:
+    """An admin connection while the dead-letter table refuses every full letter whose
+    body holds ``marker``: a real database refusal, as a content error would be."""
+    admin = await asyncpg.connect(postgres.admin_dsn)
+    check = f"refuse_{marker.replace('-', '_')}"
+    await admin.execute(
+        f"ALTER TABLE tulip_dead_letters ADD CONSTRAINT {check} "
+        f"CHECK (raw IS NULL OR position('{marker}'::bytea in raw) = 0)"
+    )
+    try:
+        yield admin
+    finally:
+        await admin.execute(f"ALTER TABLE tulip_dead_letters DROP CONSTRAINT {check}")
+        await admin.close()
+
+
 async def test_a_full_letter_that_cannot_be_stored_becomes_a_minimal_one(
     store: PgMemory, reader: AsyncReader, postgres: Postgres, tenant: str
 ) -> None:
@@ -184,20 +203,10 @@ async def test_a_full_letter_that_cannot_be_stored_becomes_a_minimal_one(
     await worker.handle("warm-up", uuid.uuid4().hex)  # the dead-letter table exists
     marker = f"refused-{uuid.uuid4().hex[:12]}"
     body = f'{{"v": 1, "id": "{marker}"}}'
-    admin = await asyncpg.connect(postgres.admin_dsn)
-    check = f"refuse_{marker.replace('-', '_')}"
-    # A real database refusal of the full letter (its body), as a content error would be.
-    await admin.execute(
-        f"ALTER TABLE tulip_dead_letters ADD CONSTRAINT {check} "
-        f"CHECK (raw IS NULL OR position('{marker}'::bytea in raw) = 0)"
-    )
-    try:
+    async with refusing_full_letters(postgres, marker) as admin:
         task_id = uuid.uuid4().hex
         outcome = await worker.handle_durably(body, task_id)
         row = await admin.fetchrow("SELECT * FROM tulip_dead_letters WHERE event_id = $1", task_id)
-    finally:
-        await admin.execute(f"ALTER TABLE tulip_dead_letters DROP CONSTRAINT {check}")
-        await admin.close()
     assert outcome.outcome == DEAD and "minimal letter" in (outcome.reason or "")
     assert row is not None and row["raw"] is None and row["tenant"] == "_unknown"
     assert row["sha256"] == hashlib.sha256(body.encode()).hexdigest()
@@ -220,13 +229,7 @@ async def test_two_tenants_minimal_letters_of_one_event_id_are_both_kept(
     first = event((tenant, "users", "u1"), f"{marker} one")
     second = Envelope(**{**vars(event((f"{tenant}-b", "users", "u1"), f"{marker} two")),
                          "id": first.id})  # fmt: skip
-    admin = await asyncpg.connect(postgres.admin_dsn)
-    check = f"refuse_{marker.replace('-', '_')}"
-    await admin.execute(
-        f"ALTER TABLE tulip_dead_letters ADD CONSTRAINT {check} "
-        f"CHECK (raw IS NULL OR position('{marker}'::bytea in raw) = 0)"
-    )
-    try:
+    async with refusing_full_letters(postgres, marker) as admin:
         for env in (first, second):
             outcome = await worker.handle_durably(encode(env), env.id)
             assert outcome.outcome == DEAD and "minimal letter" in (outcome.reason or "")
@@ -235,9 +238,6 @@ async def test_two_tenants_minimal_letters_of_one_event_id_are_both_kept(
             UNKNOWN_TENANT,
             [hashlib.sha256(encode(env).encode()).hexdigest() for env in (first, second)],
         )
-    finally:
-        await admin.execute(f"ALTER TABLE tulip_dead_letters DROP CONSTRAINT {check}")
-        await admin.close()
     assert len(rows) == 2, rows
     assert first.id in {r["event_id"] for r in rows}
 
