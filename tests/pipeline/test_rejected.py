@@ -2,11 +2,13 @@
 
 A broker client can put anything on a shard queue: a task name no worker has, a
 content type the workers do not accept (pickle), bytes that are not JSON, JSON that
-is not a task's ``[args, kwargs, embed]``, or (on Redis) an item that is no kombu
-message at all. Celery drops each of those itself (a log line, then an ack or a
-reject; kombu stops the worker on the last); here every one must become a dead letter
-with its reason and the bytes that arrived, listed by ``tulip-memory dlq list``, while
-the shard goes on with the normal events behind them, in order.
+is not a task's ``[args, kwargs, embed]``, a compression no worker has, or (on Redis)
+an item that is no kombu message at all. Celery drops each of those itself (a log
+line, then an ack or a reject; kombu stops the worker on the last); here every one
+must become a dead letter with its reason and the bytes that arrived, listed by
+``tulip-memory dlq list``, while the shard goes on with the normal events behind
+them, in order. (A bogus content encoding on JSON is no case of its own: kombu
+decodes JSON as UTF-8 whatever it says.)
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def rejected_messages() -> dict[str, tuple[str, bytes, str, str]]:
         "not UTF-8": (TASK, b'["\xff\xfe"]', JSON, "DecodeError"),
         "not a task's triple": (TASK, b'"just a string"', JSON, "InvalidTaskError"),
         "no task id": (TASK, json.dumps([[uuid.uuid4().hex], {}, {}]).encode(), JSON, "task id"),
+        "unknown compression": (TASK, triple, JSON, "x-tulip-squash"),
     }
 
 
@@ -63,6 +66,8 @@ def publish_raw(broker_url: str, queue: str, messages: dict[str, Any]) -> dict[s
             if kind == "no task id":
                 del headers["id"]
                 ids[kind] = hashlib.sha256(body).hexdigest()[:32]
+            if kind == "unknown compression":
+                headers["compression"] = "application/x-tulip-squash"
             producer.publish(
                 body,
                 exchange="",
