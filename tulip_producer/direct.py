@@ -58,6 +58,9 @@ _MARKED = ("id", "queue", "tag", "env", "seq")
 #: The holes a publish fills in, in the order it sends them (the number, ``seq``, is
 #: the script's); the envelope is two holes, ``head`` and ``tail``, around its number.
 _HOLES = ("id", "queue", "tag", "head", "tail")
+#: The fields of a message that are the sending process's, where they are: sent per
+#: publish (after the holes') rather than written into the script.
+_PROCESS = {"origin": ("headers", "origin"), "reply_to": ("properties", "reply_to")}
 #: A sample event a template must render exactly as ``send_task`` stores it: an
 #: envelope's text with quotes, backslashes, a NUL, accents and an emoji around its number.
 _SAMPLE_ID = "0123456789abcdef0123456789abcdef"
@@ -116,8 +119,12 @@ class MessageTemplate:
     last item literal text), as :meth:`render` fills them in and as the task's script
     holds them (:meth:`lua`), so a publish sends only the event's own fields."""
 
-    def __init__(self, chunks: list[str]) -> None:
+    def __init__(self, chunks: list[str], process: Mapping[str, str] | None = None) -> None:
         self._chunks = chunks  # literal, hole, literal, ..., literal; holes: _HOLES
+        #: The fields that are this process's (Celery's ``origin``, ``reply_to``), as
+        #: they read in the message: holes too, so every producer of one version has
+        #: the same scripts (Redis keeps each script loaded until it restarts).
+        self.process = dict(process or {})
 
     @classmethod
     def build(cls, app: Celery, task: str, kind: str, queue: Callable[[str], Queue]) -> Self | None:
@@ -137,7 +144,13 @@ class MessageTemplate:
         send = _Capture(app, task, kind, queue)
         try:
             marked = send(id=m["id"], queue=m["queue"], tag=m["tag"], text=m["env"], seq=m["seq"])
-            template = cls(_chunks(kombu_dumps(marked), m))
+            process = {}
+            for name, (part, key) in _PROCESS.items():
+                value = marked.get(part, {}).get(key)
+                if isinstance(value, str):
+                    process[name] = json.dumps(value)[1:-1]
+                    marked[part][key] = m[name] = token + name
+            template = cls(_chunks(kombu_dumps(marked), m), process)
             sample = {"id": _SAMPLE_ID, "queue": f"{token}.0", "tag": str(uuid.uuid4())}
             text = f"{_SAMPLE_HEAD}{_SAMPLE_SEQ}{_SAMPLE_TAIL}"
             expected = send(**sample, text=text, seq=str(_SAMPLE_SEQ))
@@ -165,7 +178,7 @@ class MessageTemplate:
     def render(self, *, id: str, queue: str, tag: str, head: str, tail: str, seq: str) -> str:
         """The message of one event numbered ``seq``, as the script fills it in."""
         values = self.values(id=id, queue=queue, tag=tag, head=head, tail=tail)[:-1]
-        filled = {**dict(zip(_HOLES, values, strict=True)), "seq": seq}
+        filled = {**dict(zip(_HOLES, values, strict=True)), "seq": seq, **self.process}
         return "".join(c if i % 2 == 0 else filled[c] for i, c in enumerate(self._chunks))
 
     def lua(self) -> str:
@@ -235,6 +248,7 @@ class DirectPublisher:
         keys = [SEQ_KEY_PREFIX + env.key, PUBLISHED_KEY_PREFIX + env.id]
         keys += [layout_key(router.prefix), queue]
         args: list[str | int] = [env.key, self._ttl_ms, str(router.shards), *values, shared]
+        args += [self._templates[task].process.get(name, "") for name in _PROCESS]
         if pending is not None:
             keys.append(pending.key)
             args += [pending.entry, pending.ttl_ms]

@@ -212,3 +212,13 @@ def test_a_checkpoint_save_and_its_pending_entry_go_in_the_one_script(
     assert json.dumps(odd.content) in json.dumps(patch)
     assert client.pttl(PendingStates.key("acme", thread)) > 0
     client.delete(two, three)
+
+
+def test_every_producer_runs_the_same_scripts(broker_url: str, make_producer: MakeProducer) -> None:
+    """What is a process's own (Celery's origin and reply_to) is sent per publish, not
+    written into the script Redis keeps loaded: producers (of one version) share them."""
+    one, two = make_producer(broker_url), make_producer(broker_url, checkpoint_shards=3)
+    scripts = [p._publisher._direct._scripts for p in (one, two)]  # type: ignore[union-attr]
+    assert {t: s.sha for t, s in scripts[0].items()} == {t: s.sha for t, s in scripts[1].items()}
+    origins = [p._publisher._direct._templates[EXTRACT_TASK].process for p in (one, two)]  # type: ignore[union-attr]
+    assert all(o.get("origin") for o in origins)

@@ -10,8 +10,9 @@
 --       number (escaped as they read in the message), [9] the rest of the envelope,
 --       [10] 0, or where the pending entry's body starts (a byte offset, from 1):
 --       the envelope is then [7], the number, [8], that body, [9] (the body, a small
---       patch's JSON, is sent once and escaped here); with KEYS[5], [11] the pending
---       entry and [12] the pending list's TTL in ms.
+--       patch's JSON, is sent once and escaped here), [11] and [12] the sending
+--       process's origin and reply_to (so the script is the same for every process);
+--       with KEYS[5], [13] the pending entry and [14] the pending list's TTL in ms.
 -- Returns {seq, false}, or {-1, record} when the layout record names another count
 -- (or a drain): nothing was done, the caller takes the general path.
 local layout = redis.call('GET', KEYS[3])
@@ -21,8 +22,8 @@ end
 local seq = redis.call('INCR', KEYS[1])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 if KEYS[5] then
-  redis.call('RPUSH', KEYS[5], ARGV[11])
-  redis.call('PEXPIRE', KEYS[5], ARGV[12])
+  redis.call('RPUSH', KEYS[5], ARGV[13])
+  redis.call('PEXPIRE', KEYS[5], ARGV[14])
 end
 
 -- JSON text as it reads in the message: a string in the task's args, which are a
@@ -33,10 +34,10 @@ local escapes = {['"'] = '\\\\\\"', ['\\'] = '\\\\\\\\'}
 local tail = ARGV[8]
 local shared = tonumber(ARGV[10])
 if shared > 0 then
-  tail = tail .. string.gsub(string.sub(ARGV[11], shared), '["\\]', escapes) .. ARGV[9]
+  tail = tail .. string.gsub(string.sub(ARGV[13], shared), '["\\]', escapes) .. ARGV[9]
 end
 local holes = {id = ARGV[4], queue = ARGV[5], tag = ARGV[6], head = ARGV[7], tail = tail,
-               seq = string.format('%d', seq)}
+               seq = string.format('%d', seq), origin = ARGV[11], reply_to = ARGV[12]}
 local message = {}
 for i = 1, #TEMPLATE do
   message[i] = (i % 2 == 1) and TEMPLATE[i] or holes[TEMPLATE[i]]
