@@ -37,7 +37,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Self, TypeVar
 
 import redis
@@ -49,10 +48,11 @@ import tulip_wire
 from tulip_wire.events import TASKS, Encoded
 from tulip_wire.published import PUBLISHED_KEY_PREFIX
 from tulip_wire.routing import ShardRouter
+from tulip_wire.scripts import lua
 from tulip_wire.shardlayout import layout_key
 from tulip_wire.topology import SEQ_KEY_PREFIX
 
-_SCRIPT = (Path(tulip_wire.__file__).parent / "lua" / "publish_direct.lua").read_text()
+_SCRIPT = lua(tulip_wire.__file__, "publish_direct.lua")
 #: The fields of one event in a message; ``env`` is the envelope, ``seq`` its number.
 _MARKED = ("id", "queue", "tag", "env", "seq")
 #: The holes a publish fills in, in the order it sends them (the number, ``seq``, is

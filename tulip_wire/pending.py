@@ -27,16 +27,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tulip_memory.delta.diff import apply_owned
 from tulip_wire.endpoints import REDIS_SCHEMES, redis_client, scheme_of
 from tulip_wire.events import thread_key
+from tulip_wire.scripts import lua
 from tulip_wire.statedelta import DeltaError, apply_delta, digest_of
 from tulip_wire.topology import PENDING_KEY_PREFIX
 
-_TRIM = (Path(__file__).parent / "lua" / "pending_trim.lua").read_text()
+_TRIM = lua(__file__, "pending_trim.lua")
 _NO_BASE = "-" * 32
 _HEADER = 32 + 32 + 16
 

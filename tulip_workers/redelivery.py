@@ -36,7 +36,6 @@ import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import redis
@@ -48,6 +47,7 @@ from kombu.utils.json import dumps, loads
 
 from tulip_memory.credentials import redact_url
 from tulip_wire.endpoints import redis_client
+from tulip_wire.scripts import lua
 from tulip_wire.topology import DEATHS_PREFIX, is_ordered_queue
 from tulip_workers import reliable_redis
 from tulip_workers.reliable_redis import delivering_key
@@ -94,7 +94,7 @@ def restore_unacked(connection_or_channel: Any, queues: Iterable[str]) -> int:
     own = sorted(set(queues))
     moves = _plan(channel, entries, frozenset(queues))
     lists = [key for q in own for key in (delivering_key(prefix, q), _queue_key(channel, q, {}))]
-    script = client.register_script(_lua("restore_unacked.lua"))
+    script = client.register_script(lua(__file__, "restore_unacked.lua"))
     keys = [hash_key, index_key, *(m.queue_key for m in moves), *lists]
     args = [value for m in moves for value in (m.tag, m.entry, m.payload)]
     return int(script(keys=keys, args=[*args, len(own)]))
@@ -256,7 +256,3 @@ def _mark_redelivered(payload: dict[str, Any]) -> str:
     payload.get("headers", {})["redelivered"] = True
     payload.get("properties", {}).get("delivery_info", {})["redelivered"] = True
     return str(dumps(payload))
-
-
-def _lua(name: str) -> str:
-    return (Path(__file__).parent / "lua" / name).read_text(encoding="utf-8")

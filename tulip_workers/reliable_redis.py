@@ -36,7 +36,6 @@ import hashlib
 import logging
 from collections.abc import Callable
 from functools import cached_property
-from pathlib import Path
 from queue import Empty
 from time import monotonic, time
 from typing import Any
@@ -49,6 +48,7 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 from redis.commands.core import Script
 
+from tulip_wire.scripts import lua
 from tulip_wire.topology import DELIVERING_PREFIX, is_ordered_queue
 
 #: The URL schemes whose transport this module replaces in a worker process.
@@ -56,7 +56,7 @@ SCHEMES = ("redis", "rediss", "sentinel")
 
 log = logging.getLogger(__name__)
 #: Records a delivering list's item as unacked and takes it off the list, by its digest.
-_RECORD = (Path(__file__).parent / "lua" / "unacked_from_delivering.lua").read_text()
+_RECORD = lua(__file__, "unacked_from_delivering.lua")
 
 
 def delivering_key(global_keyprefix: str, queue: str) -> str:

@@ -25,13 +25,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
-from pathlib import Path
 
 import redis
 
 from tulip_memory.errors import TulipMemoryError
 from tulip_wire.endpoints import redis_client
 from tulip_wire.env import redis_url
+from tulip_wire.scripts import lua
 from tulip_wire.topology import SEMAPHORE_PREFIX
 from tulip_workers.settings import LlmLimits
 
@@ -67,9 +67,9 @@ class RedisSemaphore:
         self.limit = limit
         self.lease_seconds = lease_seconds
         self.key = f"{SEMAPHORE_PREFIX}{name}"
-        self._acquire = client.register_script(_lua("semaphore_acquire.lua"))
-        self._renew = client.register_script(_lua("semaphore_renew.lua"))
-        self._release = client.register_script(_lua("semaphore_release.lua"))
+        self._acquire = client.register_script(lua(__file__, "semaphore_acquire.lua"))
+        self._renew = client.register_script(lua(__file__, "semaphore_renew.lua"))
+        self._release = client.register_script(lua(__file__, "semaphore_release.lua"))
 
     @property
     def _lease_ms(self) -> int:
@@ -230,7 +230,3 @@ def _check_args(name: str, limit: int, lease_seconds: float) -> None:
         raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
     if not math.isfinite(lease_seconds) or lease_seconds < 0.001:
         raise ValueError(f"lease_seconds must be a finite number >= 0.001, got {lease_seconds!r}")
-
-
-def _lua(name: str) -> str:
-    return (Path(__file__).parent / "lua" / name).read_text(encoding="utf-8")
