@@ -19,8 +19,10 @@ from tulip_ops.dev.embedded import EmbeddedRedis
 from tulip_ops.provision import migrate_now
 from tulip_producer import Producer
 from tulip_producer.reader import AsyncReader, Reader
+from tulip_wire.endpoints import redis_client
 from tulip_wire.pending import pending_states
 from tulip_wire.published import published_events
+from tulip_wire.topology import SEMAPHORE_PREFIX
 
 SHARDS = 2
 
@@ -108,6 +110,18 @@ class Pipeline:
                 time.sleep(0.1)
 
 
+def forget_leases(broker_url: str) -> None:
+    """Drop the semaphores' leases on the module's broker: a worker an earlier test
+    killed holds its LLM slots until their leases run out (a minute by default), and a
+    test with a small ``TULIP_LLM_MAX_INFLIGHT`` would wait that long for its first."""
+    client = redis_client(broker_url)
+    try:
+        for key in client.scan_iter(f"{SEMAPHORE_PREFIX}*"):
+            client.delete(key)
+    finally:
+        client.close()
+
+
 def _embedder() -> HashingEmbedder:
     return HashingEmbedder(384)
 
@@ -116,6 +130,7 @@ def _embedder() -> HashingEmbedder:
 def pipeline(
     broker: EmbeddedRedis, postgres: Postgres, workers: WorkerFactory, tmp_path: Path
 ) -> Pipeline:
+    forget_leases(broker.url)
     table = f"pipe_{uuid.uuid4().hex[:8]}"
     # Migrated as the owner before any worker (the application role) uses it.
     migrate_now(app_store(postgres.app_dsn, table=table, embedder=_embedder()))
