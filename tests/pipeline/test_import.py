@@ -59,12 +59,9 @@ def history(path: Path) -> list[str]:
 
 
 def start_import(pipeline: Pipeline, path: Path, *extra: str) -> subprocess.Popen[bytes]:
-    """At 4 events a second: the state file is saved once a second, so a run shows 4
-    events more each time; at 8 the 24 events left a second run ~1 s between the save
-    that crosses its stop mark and its end, which the poll missed in whole-suite runs."""
     env = worker_env(**pipeline.env(TULIP_SPOOL_DIR=str(path.parent / "import-spool")))
     return subprocess.Popen(
-        [sys.executable, "-m", "tulip_ops.cli", "import", str(path), "--rate", "4", *extra],
+        [sys.executable, "-m", "tulip_ops.cli", "import", str(path), "--rate", "8", *extra],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
