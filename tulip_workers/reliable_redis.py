@@ -20,7 +20,13 @@ transport closes the window the way Redis's own "reliable queue" pattern does:
   (``lua/restore_unacked.lua``, run by :mod:`tulip_workers.redelivery` at start);
 - a live consumer whose reply was lost (a connection error, or kombu's health check
   dropping a connection whose reply is overdue: the message moved, the reply never
-  read) puts the delivering list back at the head before it asks again.
+  read) puts the delivering list back at the head before it asks again; so does every
+  new channel before its first ask, because the consumer that lost the reply may have
+  gone on with a new connection (Celery's consumer starts over on a new connection and
+  channel after a broker outage: the old channel, which knew of the lost reply, is
+  gone). What is on the list then is no running task's (a task is on it only between
+  the reply and the unacked write, both on the channel that asked), and a later event
+  of a key still running in this process waits behind it (:mod:`tulip_workers.keyed`).
 
 Only ordered shard queues (``memory.extract.*``, ``memory.checkpoint.*``: one consumer
 each) are consumed this way, and only with ack emulation on (``acks_late``); any other
@@ -121,6 +127,7 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         self._moving: tuple[str, str] | None = None  # (queue, delivering key) asked for
         self._moved: tuple[str, bytes] | None = None  # (delivering key, raw item) read
         self._orphans: str | None = None  # (queue) a reply was lost: put its list back
+        self._asked = False  # whether this channel has asked for a message yet
 
     @cached_property
     def record_unacked(self) -> Script:
@@ -144,8 +151,9 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
             self._moving = None
             super()._brpop_start(timeout)
             return
-        if self._orphans is not None:
-            self._return_orphans(self._orphans)
+        if self._orphans is not None or not self._asked:
+            self._return_orphans(queue)
+        self._asked = True
         source = self.global_keyprefix + self._q_for_pri(queue, self.priority_steps[0])
         target = delivering_key(self.global_keyprefix, queue)
         self._moving = (queue, target)

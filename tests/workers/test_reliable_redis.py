@@ -266,6 +266,22 @@ def test_a_connection_dropped_with_the_reply_unread_gives_the_message_back(
         assert raw.llen(reliable_redis.delivering_key(prefix, QUEUE)) == 0
 
 
+def test_a_new_connection_takes_back_a_reply_the_old_one_lost(
+    reliable: None, redis_url: str, prefix: str
+) -> None:
+    """After a broker outage Celery's consumer starts over on a new connection and
+    channel: the message whose reply the old one lost comes first, nothing stays on
+    the delivering list (it used to stay there for good: the event was never applied)."""
+    with connect(redis_url, prefix) as conn:
+        publish(conn, ["one", "two"])
+        channel, raw = die_after_the_pop(conn, lose_reply=True)
+        with pytest.raises(channel.connection_errors):
+            channel._brpop_read()  # the connection broke with the reply unread
+    with connect(redis_url, prefix) as fresh:
+        assert consume(fresh, 2) == ["one", "two"]
+    assert raw.llen(reliable_redis.delivering_key(prefix, QUEUE)) == 0
+
+
 @pytest.fixture
 def refusals() -> Iterator[list[tuple[str, bytes, str]]]:
     """What is handed over as no kombu message: (queue, item, error class); the first
