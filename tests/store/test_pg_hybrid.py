@@ -481,10 +481,14 @@ async def test_an_existing_table_gains_full_text_search(
                 r["indexname"]
                 for r in await conn.fetch(
                     "SELECT indexname FROM pg_indexes WHERE tablename = ANY($1::text[])",
-                    [name, f"{name}_turns"],
+                    [f"{name}_lex", f"{name}_turns_lex"],
                 )
             }
-            assert {f"{name}_tsv", f"{name}_turns_tsv"} <= indexes
+            assert {f"{name}_lex_tsv", f"{name}_turns_lex_tsv"} <= indexes
+            async with conn.transaction():  # the row written before: copied by the migration
+                await conn.execute("SELECT set_config('tulip.tenant', $1, true)", tenant)
+                lexical = await conn.fetch(f"SELECT key FROM {table}_lex ORDER BY key")
+            assert [r["key"] for r in lexical] == ["new", "old"]
             generated = await conn.fetchval(
                 "SELECT count(*) FROM pg_attribute WHERE attname = 'tsv' "
                 "AND attgenerated = 's' AND attrelid = ANY($1::regclass[])",

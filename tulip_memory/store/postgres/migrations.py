@@ -141,6 +141,88 @@ def _ns_count_by_fresh_namespace(t: str) -> str:
         END $fn$"""
 
 
+def _lexicon(t: str, p: str, keys: str, extra: str = "") -> tuple[str, ...]:
+    """``<t>_lex``: the narrow copy of ``t``'s full-text side (its keys, ``tsv`` and
+    ``extra`` columns) that the recall plan's index path ranks by bm25, so a big
+    scope's lexical matches are read from rows of ~100 bytes, not from ``t``'s rows
+    of ~1.7 KB (vectors, text, metadata): only the best matches' wide rows are read
+    after (see :mod:`~tulip_memory.store.postgres.plan`). Only rows with a lexeme
+    are kept (no other row can match). Statement-level triggers keep it in the
+    writer's transaction; an update that leaves ``tsv`` as it was (a reindex
+    writing vectors) changes nothing. Tenant-scoped like ``t``; the backfill reads
+    ``t`` as its owner, with row-level security unforced inside the migration's
+    transaction only (no other session ever sees it unforced)."""
+    cols = [k.strip() for k in f"{keys}, tsv{extra}".split(",")]
+    key_list = [k.strip() for k in keys.split(",")]
+    same = " AND ".join(f"x.{k} = y.{k}" for k in ["tenant", "ns", *key_list])
+    listed = ", ".join(cols)
+    picked = ", ".join(f"n.{c}" for c in cols)
+    conflict = ", ".join(["tenant", "ns", *key_list])
+    # An updated row whose indexed columns are unchanged (and not empty) keeps its copy.
+    values = [c for c in cols if c not in key_list]
+    kept = " AND ".join(
+        [same.replace("x.", "n."), *(f"n.{c} = y.{c}" for c in values), "length(n.tsv) > 0"]
+    )
+    sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in values)
+    return (
+        f"""CREATE TABLE {t}_lex (
+            tenant text NOT NULL,
+            ns text NOT NULL,
+            {_lex_columns(cols)},
+            PRIMARY KEY ({conflict})
+        )""",
+        f"CREATE INDEX {p}_lex_tsv ON {t}_lex USING gin (tsv)",
+        # One branch per event: each reads only the transition tables its event has.
+        f"""CREATE FUNCTION {t}_lex_sync() RETURNS trigger
+            LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+            BEGIN
+                IF TG_OP = 'INSERT' THEN
+                    INSERT INTO {t}_lex (tenant, ns, {listed})
+                    SELECT n.tenant, n.ns, {picked} FROM new_rows n WHERE length(n.tsv) > 0;
+                ELSIF TG_OP = 'DELETE' THEN
+                    DELETE FROM {t}_lex x USING old_rows y WHERE {same};
+                ELSE
+                    DELETE FROM {t}_lex x USING old_rows y WHERE {same} AND NOT EXISTS (
+                        SELECT 1 FROM new_rows n WHERE {kept});
+                    INSERT INTO {t}_lex (tenant, ns, {listed})
+                    SELECT n.tenant, n.ns, {picked} FROM new_rows n
+                    WHERE length(n.tsv) > 0 AND NOT EXISTS (SELECT 1 FROM old_rows y WHERE {kept})
+                    ON CONFLICT ({conflict}) DO UPDATE SET {sets};
+                END IF;
+                RETURN NULL;
+            END $fn$""",
+        *(
+            f"""CREATE TRIGGER {p}_lex_{op.lower()} AFTER {op} ON {t}
+            REFERENCING {refs}
+            FOR EACH STATEMENT EXECUTE FUNCTION {t}_lex_sync()"""
+            for op, refs in (
+                ("INSERT", "NEW TABLE AS new_rows"),
+                ("UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+                ("DELETE", "OLD TABLE AS old_rows"),
+            )
+        ),
+        f"ALTER TABLE {t} NO FORCE ROW LEVEL SECURITY",
+        f"""INSERT INTO {t}_lex (tenant, ns, {listed})
+            SELECT tenant, ns, {listed} FROM {t} WHERE length(tsv) > 0""",
+        f"ALTER TABLE {t} FORCE ROW LEVEL SECURITY",
+        *tenant_rls(f"{t}_lex", f"{p}_lex"),
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON {t}_lex TO tulip_dml, tulip_ops",
+    )
+
+
+_LEX_TYPES = {
+    "key": "text",
+    "event_id": "text",
+    "position": "integer",
+    "tsv": "tsvector",
+    "created_at": "timestamptz",
+}
+
+
+def _lex_columns(cols: list[str]) -> str:
+    return ",\n            ".join(f"{c} {_LEX_TYPES[c]} NOT NULL" for c in cols)
+
+
 #: The columns of a reindex job the application role reads: ids, slot, model and
 #: status. Not ``error`` (a model's or a batch's message, naming the tenant and range
 #: that failed) nor ``previous`` (the slot each layout row read, by tenant): those are
@@ -386,6 +468,17 @@ MIGRATIONS: tuple[Migration, ...] = (
         "a reindex job's row count is the operator's",
         # An all-tenants job's count sums every tenant's rows; batches never read it.
         ("REVOKE SELECT (planned_rows) ON {t}_reindex_jobs FROM tulip_dml",),
+    ),
+    Migration(
+        16,
+        "narrow lexical tables for the index path's bm25",
+        (
+            *_lexicon("{t}", "{p}", "key"),
+            *_lexicon("{t}_turns", "{p}_turns", "event_id, position", ", created_at"),
+            # No statement reads the wide tables' GIN indexes any more; each cost writes.
+            "DROP INDEX {t}_tsv",
+            "DROP INDEX {t}_turns_tsv",
+        ),
     ),
 )
 

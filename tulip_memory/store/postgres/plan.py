@@ -5,8 +5,9 @@ computed over the rows the ``(tenant, ns, ...)`` B-tree yields. It is exact, com
 and cheap while the scope is small, and its cost grows with the scope's rows.
 
 Big scopes take the index path (``sql._indexed``): candidates from the HNSW index
-(iterative scan, pgvector >= 0.8) and from the GIN index on ``tsv``, ranked by the
-exact path's own scores. The store chooses it from the scope's row count, kept exact
+(iterative scan, pgvector >= 0.8) and from the GIN index of the narrow lexical table
+``<table>_lex`` (keys and ``tsv`` only, kept by triggers in the writer's
+transaction), ranked by the exact path's own scores. The store chooses it from the scope's row count, kept exact
 by triggers in ``<table>_ns_stats`` / ``<table>_turns_ns_stats``, when:
 
 - the server can run it: pgvector >= 0.8 and a leakproof ``@@`` (see below);
@@ -19,6 +20,18 @@ by triggers in ``<table>_ns_stats`` / ``<table>_turns_ns_stats``, when:
 
 When the scan still comes back short (the scope's vectors are rarer in the index
 than expected, or missing), the store runs the exact path: recall stays complete.
+
+The lexical side. bm25 needs every lexical match of the scope (its ``df`` and its
+normalising maximum), and a match's row of the memories or turns table is ~1.7 KB
+(vector, text, metadata), so reading ~1,200 matches read ~1,370 heap blocks (16-27 ms
+warm on 200,000 turns). The narrow table holds ~100-byte rows: every match is scored
+there, and only the candidates' wide rows are read: the
+:func:`lexical_candidates` best by bm25, the HNSW index's nearest, and every other
+match whose fused score could still reach the top ``limit``, bounded above by its
+bm25 plus the cosine of the farthest of the nearest (a row nearer than that would be
+among them, as far as the HNSW graph finds it). So the ranking stays the exact
+path's up to the graph's misses, and a query whose matches tie on bm25 (the same
+lexemes, the same length) reads the tied ones it needs, not all of them.
 
 Why ``@@`` must be leakproof. Under ``FORCE ROW LEVEL SECURITY`` the planner may only
 evaluate a query's own condition below the policy's when the condition's function is
@@ -54,6 +67,10 @@ INDEX_MIN_ROWS = 2_500
 MAX_SCAN_TUPLES = 20_000
 #: pgvector's bound on ``hnsw.ef_search``.
 MAX_EF_SEARCH = 1_000
+#: At least this many lexical candidates (:func:`lexical_candidates`), and this many
+#: per result.
+LEXICAL_CANDIDATES = 100
+LEXICAL_PER_RESULT = 10
 #: How long a table's planner estimate of its rows is reused.
 TABLE_ROWS_TTL = 60.0
 
@@ -71,6 +88,19 @@ def candidates(limit: int) -> int:
     LangGraph's PostgresStore runs). 100 cost the turns' index path 1.4x as much for
     the same top 10 on ``bench/recall.py``'s 50,000-turn namespace."""
     return min(MAX_EF_SEARCH, max(40, 4 * limit))
+
+
+def lexical_candidates(limit: int) -> int:
+    """How many of the best lexical matches by bm25 have their wide rows read first
+    (every match is scored by bm25 on the narrow lexical table); the statement reads
+    any other match whose bound can still reach the top ``limit`` after them."""
+    return max(LEXICAL_CANDIDATES, LEXICAL_PER_RESULT * limit)
+
+
+def index_args(limit: int) -> tuple[int, int]:
+    """The trailing parameters of an index-path statement: the vector candidates
+    (``ef_search`` too) and the lexical ones."""
+    return candidates(limit), lexical_candidates(limit)
 
 
 @dataclass(frozen=True)

@@ -297,18 +297,19 @@ WITH {_PROBE}
 SELECT h.* FROM ({_SEARCH_TURNS}) h ORDER BY h._pos"""
 
 # -- the index path (see ``plan``) ------------------------------------------------------
-# The exact path's ranking over candidates instead of every row of the scope: every row
-# matching the query lexically (through the GIN index on ``tsv``), and the nearest rows
-# by the HNSW index (an iterative scan, so the scope's filter does not leave it short
-# while the index yields the scope's rows within ``hnsw.max_scan_tuples``). The scores
-# are the exact path's: ``docs`` and ``avgdl`` from the scope's counters
-# (``<table>_ns_stats``, kept by triggers), ``df`` and bm25's normalising maximum over
-# every matching row of the scope, each candidate's exact cosine. So every lexical
-# match is ranked exactly, and the rows matching nothing (whose fused score is their
-# cosine alone) come from the index's nearest: the top k differs from the exact path's
-# only where the HNSW graph misses a near row. ``_cands`` is the number of candidates,
-# on every row (on one row of NULLs when none is kept): fewer than ``min(limit, rows)``
-# and the store runs the exact path instead.
+# The exact path's ranking over candidates instead of every row of the scope: the best
+# lexical matches by bm25 and the nearest rows by the HNSW index (an iterative scan, so
+# the scope's filter does not leave it short while the index yields the scope's rows
+# within ``hnsw.max_scan_tuples``). bm25 is the exact path's, computed over every
+# matching row of the scope on the narrow ``<table>_lex`` (its GIN index on ``tsv``):
+# ``docs`` and ``avgdl`` from the scope's counters (``<table>_ns_stats``), ``df`` and
+# the normalising maximum over the matches. Only the candidates' wide rows are read,
+# for their exact cosine and their columns, and ranked by the exact path's fused
+# score. The top k differs from the exact path's only where the HNSW graph misses a
+# near row, or where a lexical match outside the best ones by bm25 and outside the
+# nearest ranks in the top k by its cosine (see ``plan.lexical_candidates``).
+# ``_cands`` is the number of candidates, on every row (on one row of NULLs when none
+# is kept): fewer than ``min(limit, rows)`` and the store runs the exact path instead.
 
 # Per transaction: iterative HNSW scans, and plans made for the parameters at hand (a
 # generic plan would not know the namespace is big, and would sort its rows instead).
@@ -342,20 +343,18 @@ def _indexed(
     stats_scope: str,
     keys: str,
     cols: str,
-    at: str,
     recency: str,
     out: str,
     cand: int,
     keep: str = "true",
 ) -> str:
     """The index path of ``_hybrid``'s ranking of ``scope``: ``keys`` name a row within
-    the tenant, ``at`` is its recency column, ``${cand}`` how many nearest rows the
-    HNSW index proposes. Every lexical match is scored where it is read (bm25 and
-    cosine); only the ``$3`` best of them and the nearest rows matching nothing are
-    read again for their columns."""
-    same = " AND ".join(f"v.{k} = l.{k}" for k in keys.split(", "))
-    lkeys = ", ".join(f"l.{k}" for k in keys.split(", "))
-    tkeys = ", ".join(f"t.{k}" for k in keys.split(", "))
+    the tenant, ``${cand}`` is how many nearest rows the HNSW index proposes and
+    ``${cand + 1}`` how many of the best lexical matches are read. Every lexical
+    match is scored by bm25 on the narrow ``<table>_lex`` (``scope`` must name only
+    its columns); only the candidates' wide rows are read, for their cosine and
+    columns."""
+    same = " AND ".join(f"c.{k} = b.{k}" for k in keys.split(", "))
     return f"""
 WITH st AS MATERIALIZED (
     SELECT coalesce(sum(rows), 0)::float8 AS docs,
@@ -363,60 +362,72 @@ WITH st AS MATERIALIZED (
     FROM {table}_ns_stats WHERE {stats_scope}
 ),
 lex AS MATERIALIZED (
-    SELECT {keys}, {at}, ({{v}} <=> $4) + 0 AS dist, length(tsv) AS dl, tsv
-    FROM {table} WHERE {scope} AND tsv @@ (SELECT query FROM probe)
+    SELECT {keys}, length(tsv) AS dl, tsv
+    FROM {table}_lex WHERE {scope} AND tsv @@ (SELECT query FROM probe)
 ),
 terms AS MATERIALIZED (
-    SELECT {lkeys}, l.dl, u.lexeme, cardinality(u.positions) AS tf
+    SELECT {keys}, l.dl, u.lexeme, cardinality(u.positions) AS tf
     FROM lex l CROSS JOIN probe p
     CROSS JOIN LATERAL unnest(ts_filter(setweight(l.tsv, 'A', p.terms), '{{{{A}}}}')) AS u
 ),
 df AS MATERIALIZED (SELECT lexeme, count(*)::float8 AS df FROM terms GROUP BY lexeme),
 bm AS MATERIALIZED (
-    SELECT {tkeys}, sum(ln(1 + (st.docs - df.df + 0.5) / (df.df + 0.5))
-                        * t.tf * (p.k1 + 1)
-                        / (t.tf + p.k1 * (1 - p.b + p.b * t.dl / st.avgdl))) AS bm25
+    SELECT {keys}, sum(ln(1 + (st.docs - df.df + 0.5) / (df.df + 0.5))
+                       * t.tf * (p.k1 + 1)
+                       / (t.tf + p.k1 * (1 - p.b + p.b * t.dl / st.avgdl))) AS bm25
     FROM terms t JOIN df USING (lexeme) CROSS JOIN st CROSS JOIN probe p
-    GROUP BY {tkeys}
+    GROUP BY {keys}
 ),
-lexs AS MATERIALIZED (
-    SELECT {lkeys}, l.{at}, l.dist, b.bm25 FROM lex l JOIN bm b USING ({keys})
-),
-best AS MATERIALIZED (SELECT max(bm25) AS top FROM lexs),
+best AS MATERIALIZED (SELECT max(bm25) AS top FROM bm),
 lex_top AS MATERIALIZED (
-    SELECT {keys}, bm25 FROM lexs l CROSS JOIN probe p
-    WHERE {keep}
-    ORDER BY {_fused("l")} DESC, dist NULLS LAST, {recency}
-    LIMIT $3
+    SELECT {keys} FROM bm ORDER BY bm25 DESC, {keys} LIMIT ${cand + 1}
 ),
 vec AS MATERIALIZED (
     SELECT {keys} FROM {table} WHERE {scope} AND $4::vector IS NOT NULL
     ORDER BY {{v}} <=> $4 LIMIT ${cand}
 ),
-nearest AS MATERIALIZED (
-    SELECT v.* FROM vec v WHERE NOT EXISTS (SELECT 1 FROM lexs l WHERE {same})
-),
-cand AS (
-    SELECT * FROM lex_top UNION ALL SELECT n.*, NULL::float8 FROM nearest n
+cand AS MATERIALIZED (
+    SELECT {keys}, bool_or(near) AS near FROM (
+        SELECT {keys}, false AS near FROM lex_top UNION ALL SELECT {keys}, true FROM vec
+    ) c GROUP BY {keys}
 ),
 scored AS MATERIALIZED (
-    SELECT {cols}, ({{v}} <=> $4) + 0 AS dist, c.bm25
-    FROM cand c JOIN {table} USING ({keys}) WHERE tenant = $1
+    SELECT {cols}, ({{v}} <=> $4) + 0 AS dist, b.bm25, c.near
+    FROM cand c JOIN {table} USING ({keys}) LEFT JOIN bm b USING ({keys}) WHERE tenant = $1
+),
+bound AS MATERIALIZED (
+    SELECT coalesce((
+               SELECT {_fused("s")} FROM scored s CROSS JOIN probe p WHERE {keep}
+               ORDER BY 1 DESC OFFSET $3 - 1 LIMIT 1), -1) AS kth,
+           CASE WHEN $4::vector IS NULL THEN 2
+                WHEN (SELECT count(*) FROM vec) < ${cand} THEN 0
+                ELSE (SELECT max(dist) FROM scored WHERE near)
+           END AS dmax
+),
+extra AS MATERIALIZED (
+    SELECT {keys}, b.bm25 FROM bm b CROSS JOIN bound CROSS JOIN probe p
+    WHERE p.w_lex * b.bm25 / (SELECT top FROM best) + p.w_vec * (1 - bound.dmax / 2) >= bound.kth
+      AND NOT EXISTS (SELECT 1 FROM cand c WHERE {same})
+),
+more AS MATERIALIZED (
+    SELECT {cols}, ({{v}} <=> $4) + 0 AS dist, e.bm25, false AS near
+    FROM extra e JOIN {table} USING ({keys}) WHERE tenant = $1
 ),
 ranked AS (
     SELECT {out},
            row_number() OVER (ORDER BY {_fused("s")} DESC, dist NULLS LAST, {recency}) AS _pos
-    FROM scored s CROSS JOIN probe p WHERE {keep}
+    FROM (SELECT * FROM scored UNION ALL SELECT * FROM more) s CROSS JOIN probe p
+    WHERE {keep}
     ORDER BY _pos LIMIT $3
 )
 SELECT n._cands, r.* FROM (
-    SELECT (SELECT count(*) FROM lexs) + (SELECT count(*) FROM nearest) AS _cands
+    SELECT (SELECT count(*) FROM cand) + (SELECT count(*) FROM extra) AS _cands
 ) n
 LEFT JOIN ranked r ON true
 ORDER BY r._pos"""
 
 
-# One namespace ($2 text); $12 the vector candidates.
+# One namespace ($2 text); $12 the vector candidates, $13 the lexical ones.
 SEARCH_INDEXED = f"""
 WITH {_PROBE}
 SELECT h.* FROM ({
@@ -426,7 +437,6 @@ SELECT h.* FROM ({
         stats_scope="tenant = $1 AND ns = $2::text",
         keys="ns, key",
         cols=_MEMORY_COLS,
-        at="updated_at",
         recency="updated_at DESC, key",
         out=COLS,
         cand=12,
@@ -434,7 +444,8 @@ SELECT h.* FROM ({
     )
 }) h ORDER BY h._pos"""
 
-# Several namespaces of a tenant ($2 text[]); $11 the vector candidates.
+# Several namespaces of a tenant ($2 text[]); $11 the vector candidates, $12 the lexical
+# ones.
 SEARCH_ACROSS_INDEXED = f"""
 WITH {_PROBE}
 SELECT h.* FROM ({
@@ -444,14 +455,13 @@ SELECT h.* FROM ({
         stats_scope="tenant = $1 AND ns = ANY ($2::text[])",
         keys="ns, key",
         cols=_MEMORY_COLS,
-        at="updated_at",
         recency="updated_at DESC, ns, key",
         out=f"ns, {COLS}, dist AS distance",
         cand=11,
     )
 }) h ORDER BY h._pos"""
 
-# A namespace's turns of a time window; $14 the vector candidates.
+# A namespace's turns of a time window; $14 the vector candidates, $15 the lexical ones.
 SEARCH_TURNS_INDEXED = f"""
 WITH {_PROBE}
 SELECT h.* FROM ({
@@ -461,7 +471,6 @@ SELECT h.* FROM ({
         stats_scope="tenant = $1 AND ns = $2::text",
         keys="ns, event_id, position",
         cols="event_id, position, text, turn, metadata, created_at",
-        at="created_at",
         recency="created_at DESC, event_id, position",
         out="text, turn, metadata, position, 1 - dist AS score",
         cand=14,

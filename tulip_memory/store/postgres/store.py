@@ -606,7 +606,7 @@ class PgMemory(BatchFirstStore):
                 rows=counted.get(name),
                 limit=top_k,
                 exact=("SEARCH_TURNS", args),
-                indexed=("SEARCH_TURNS_INDEXED", (*args, plan.candidates(top_k))),
+                indexed=("SEARCH_TURNS_INDEXED", (*args, *plan.index_args(top_k))),
             )
 
         rows = await self._reading(ns[0], query, ranked)
@@ -809,7 +809,7 @@ class PgMemory(BatchFirstStore):
                     rows=counted[n],
                     limit=limit,
                     exact=("SEARCH_HYBRID", (tenant, [n], limit, q, *text, substring_only)),
-                    indexed=("SEARCH_INDEXED", (*args, plan.candidates(limit))),
+                    indexed=("SEARCH_INDEXED", (*args, *plan.index_args(limit))),
                 )
                 out.extend({**dict(r), "idx": i + 1} for r in got)
             return out
@@ -856,7 +856,7 @@ class PgMemory(BatchFirstStore):
                 rows=sum(counted.values()) if counted else None,
                 limit=limit,
                 exact=("SEARCH_ACROSS_HYBRID", args),
-                indexed=("SEARCH_ACROSS_INDEXED", (*args, plan.candidates(limit))),
+                indexed=("SEARCH_ACROSS_INDEXED", (*args, *plan.index_args(limit))),
             )
 
         return await self._reading(tenant, query, ranked)

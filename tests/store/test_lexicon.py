@@ -1,0 +1,129 @@
+"""The narrow lexical tables (``<table>_lex``, ``<table>_turns_lex``) the index path
+ranks bm25 on: after every kind of write they hold exactly the keys and ``tsv`` of the
+rows with a lexeme (inserts, upserts, deletes, prunes, cleared namespaces, turns and
+their replacement), and under forced row-level security a tenant sees only its own."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from tests.store.test_pg_hybrid import write_turns
+from tests.support.pg import app_store
+from tulip_memory.embeddings import HashingEmbedder
+from tulip_memory.store import PgMemory
+from tulip_memory.store.postgres.store import TurnsIn
+from tulip_memory.store.postgres.writer import TurnRow
+
+# Each side: the wide table's rows with a lexeme, and the narrow copy, of one tenant.
+_WIDE = {
+    "": "SELECT ns, key, tsv::text FROM {t} WHERE length(tsv) > 0 ORDER BY 1, 2",
+    "_turns": """SELECT ns, event_id, position, tsv::text, created_at FROM {t}_turns
+                 WHERE length(tsv) > 0 ORDER BY 1, 2, 3""",
+}
+_NARROW = {
+    "": "SELECT ns, key, tsv::text FROM {t}_lex ORDER BY 1, 2",
+    "_turns": """SELECT ns, event_id, position, tsv::text, created_at FROM {t}_turns_lex
+                 ORDER BY 1, 2, 3""",
+}
+
+
+@pytest.fixture
+async def store(pg_dsn: str) -> AsyncIterator[PgMemory]:
+    s = app_store(pg_dsn, table=f"lex_{uuid.uuid4().hex[:10]}", embedder=HashingEmbedder(16))
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+Rows = list[tuple[object, ...]]
+
+
+async def _sides(store: PgMemory, tenant: str, side: str) -> tuple[Rows, Rows]:
+    t = f"public.{store.table_name}"
+    async with store.transaction(tenant) as tx:
+        wide = await tx.conn.fetch(_WIDE[side].format(t=t))
+        narrow = await tx.conn.fetch(_NARROW[side].format(t=t))
+    return [tuple(r) for r in wide], [tuple(r) for r in narrow]
+
+
+async def _assert_in_step(store: PgMemory, tenant: str, side: str = "") -> int:
+    wide, narrow = await _sides(store, tenant, side)
+    assert narrow == wide
+    return len(narrow)
+
+
+async def test_memory_writes_keep_the_lexical_table_in_step(store: PgMemory, tenant: str) -> None:
+    ns, other = (tenant, "facts"), (tenant, "other")
+    await store.put_batch([(ns, f"k{i}", f"alpha beta {i}", None) for i in range(6)])
+    await store.put(ns, "empty", "")  # no lexeme: never copied
+    await store.put(other, "k0", "gamma delta")
+    assert await _assert_in_step(store, tenant) == 7
+    await store.put(ns, "k1", "a new text entirely")  # content changes: the copy follows
+    await store.put(ns, "k2", "")  # a row losing its lexemes leaves the copy
+    assert await _assert_in_step(store, tenant) == 6
+    assert await store.delete(ns, "k3")
+    async with store.transaction(tenant) as tx:
+        assert await tx.prune(ns, 2) == 4  # k1 and k2 (written last) stay
+    assert await _assert_in_step(store, tenant) == 2  # k1, and the other namespace's
+    await store.clear_namespace(other)
+    assert await _assert_in_step(store, tenant) == 1
+
+
+async def test_an_update_leaving_the_text_alone_keeps_the_copy(
+    store: PgMemory, tenant: str
+) -> None:
+    # A reindex writes vectors only: the copy is neither deleted nor rewritten.
+    ns = (tenant, "facts")
+    await store.put(ns, "k", "alpha beta")
+    t = f"public.{store.table_name}"
+    async with store.transaction(tenant) as tx:
+        before = await tx.conn.fetchval(f"SELECT xmin::text FROM {t}_lex")
+        await tx.conn.execute(f"UPDATE {t} SET embedding = NULL")
+    async with store.transaction(tenant) as tx:
+        after = await tx.conn.fetchval(f"SELECT xmin::text FROM {t}_lex")
+    assert after == before
+    assert await _assert_in_step(store, tenant) == 1
+
+
+async def test_turns_and_their_replacement_keep_the_lexical_table_in_step(
+    store: PgMemory, tenant: str
+) -> None:
+    ns = (tenant, "turns")
+    await write_turns(store, ns, ["hello there", "", "general kenobi"])
+    assert await _assert_in_step(store, tenant, "_turns") == 2
+    rows = [TurnRow(0, "replaced words", {"text": "replaced words"}, {})]
+    _, prepared = await store.prepare_event([], TurnsIn(ns, "thread", "event-1", rows))
+    assert prepared is not None
+    async with store.transaction(tenant) as tx:
+        await tx.write_turns(prepared, replace=True)
+    wide, narrow = await _sides(store, tenant, "_turns")
+    assert narrow == wide and "'replac'" in str(narrow[0][3])
+
+
+async def test_a_tenant_reads_and_writes_only_its_own_lexical_rows(
+    store: PgMemory, tenant: str, pg_dsn: str
+) -> None:
+    other = f"{tenant}-other"
+    await store.put((tenant, "facts"), "mine", "alpha")
+    await store.put((other, "facts"), "theirs", "alpha")
+    t = f"public.{store.table_name}"
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        async with conn.transaction():
+            await conn.execute("SELECT set_config('tulip.tenant', $1, true)", tenant)
+            seen = await conn.fetch(f"SELECT tenant, key FROM {t}_lex")
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):  # WITH CHECK
+                await conn.execute(
+                    f"INSERT INTO {t}_lex (tenant, ns, key, tsv) VALUES ($1, 'x', 'y', 'a')",
+                    other,
+                )
+        assert [tuple(r) for r in seen] == [(tenant, "mine")]
+        async with conn.transaction():  # no tenant pinned: no row at all
+            assert await conn.fetch(f"SELECT 1 FROM {t}_lex") == []
+    finally:
+        await conn.close()
