@@ -15,7 +15,9 @@ saved and, on the same storage, compared with:
   and the other fields), one ``put`` per turn, ``get_tuple`` by id for old loads.
 
 Reported: bytes at rest, load p50 of the latest and of older checkpoints (with GETs
-and round trips), and save p50, as ratios. ``--sweep`` adds a table of how
+and round trips; an old checkpoint both by the checkpointer that saved the thread and
+loaded others before, whose history cache holds the objects it read, and ``cold``, by
+a new checkpointer with no caches), and save p50, as ratios. ``--sweep`` adds a table of how
 ``max_chain_depth`` trades reads against rewriting.
 
 ``--wire`` adds bytes on the wire per ``checkpoint_saved`` and its latency, deltas
@@ -64,8 +66,10 @@ from tulip_memory.delta import (
     ObjectPage,
     S3DeltaStorage,
 )
+from tulip_memory.delta.cache import LatestCache
 from tulip_memory.delta.codec import dumps
 from tulip_memory.delta.diff import apply, diff
+from tulip_memory.delta.history import HistoryCache
 from tulip_memory.delta.keys import ThreadKeys
 from tulip_memory.messages import Message, Role, ToolCall
 from tulip_memory.state import AgentState
@@ -240,6 +244,7 @@ class Result:
     load_seed: float
     floor: float
     load_old: float
+    load_old_cold: float
     old_gets: int
     old_trips: int
     save_ours: float
@@ -317,6 +322,22 @@ class Ours:
         self.counted.trips = self.counted.gets = 0
         state = await self.cp.load(self.tid, checkpoint_id)
         return state, self.counted.gets, self.counted.trips
+
+    async def load_cold(self, checkpoint_id: str) -> tuple[AgentState | None, int, int]:
+        """:meth:`load` by a checkpointer that has read nothing before (no caches)."""
+        self.cp, warm = self.cold(), self.cp
+        try:
+            return await self.load(checkpoint_id)
+        finally:
+            self.cp = warm
+
+    def cold(self) -> DeltaCheckpointer:
+        return DeltaCheckpointer(
+            self.counted,
+            max_chain_depth=self.cp.max_chain_depth,
+            latest_cache=LatestCache(0, 0),
+            history_cache=HistoryCache(0),
+        )
 
     async def stored(self) -> int:
         keys = ThreadKeys.of(self.tid)
@@ -421,7 +442,7 @@ async def bench_thread(
     await floor.put(thread.states[-1])
     rng = random.Random(7)
     load_ms: dict[str, list[float]] = {
-        k: [] for k in ("ours", "seed", "floor", "old", "lg", "lg_old")
+        k: [] for k in ("ours", "seed", "floor", "old", "old_cold", "lg", "lg_old")
     }
     gets = trips = 0
     for _ in range(loads):
@@ -433,7 +454,10 @@ async def bench_thread(
         ms, (old, g, t) = await timed(functools.partial(ours.load, ours.ids[n]))
         load_ms["old"].append(ms)
         gets, trips = max(gets, g), max(trips, t)
-        assert latest == thread.states[-1] and old == thread.states[n]
+        ms, (cold, g, t) = await timed(functools.partial(ours.load_cold, ours.ids[n]))
+        load_ms["old_cold"].append(ms)
+        gets, trips = max(gets, g), max(trips, t)
+        assert latest == thread.states[-1] and old == thread.states[n] == cold
         if lg is not None:
             ms, lg_latest = await timed(lg.load)
             load_ms["lg"].append(ms)
@@ -451,6 +475,7 @@ async def bench_thread(
         load_seed=p50(load_ms["seed"]),
         floor=p50(load_ms["floor"]),
         load_old=p50(load_ms["old"]),
+        load_old_cold=p50(load_ms["old_cold"]),
         old_gets=gets,
         old_trips=trips,
         save_ours=p50(save_ms["ours"]),
@@ -473,7 +498,8 @@ def table(title: str, results: list[Result]) -> None:
     head = (
         f"{'thread':<16}{'saves':>6} | {'ours':>7}{'full':>8}{'seed':>8}{'limit':>7}"
         f" | {'full/ours':>9}{'full/seed':>10}{'ours/lim':>9}"
-        f" | {'ld ms':>6}{'/floor':>7}{'seed/fl':>8} | {'old ms':>6}{'GETs':>5}{'RT':>3}"
+        f" | {'ld ms':>6}{'/floor':>7}{'seed/fl':>8} | {'old ms':>6}{'cold':>6}{'GETs':>5}"
+        f"{'RT':>3}"
         f" | {'save ms':>7}{'/full':>6}{'seed':>6}"
     )
     print(f"\n{title}\n{head}\n{'-' * len(head)}")
@@ -482,7 +508,8 @@ def table(title: str, results: list[Result]) -> None:
             f"{r.name[-16:]:<16}{r.saves:>6} | {kb(r.ours):>7}{kb(r.full):>8}{kb(r.seed):>8}"
             f"{kb(r.limit):>7} | {r.full / r.ours:>8.1f}x{r.full / r.seed:>9.1f}x"
             f"{r.ours / r.limit:>8.2f}x | {r.load_ours:>6.2f}{r.load_ours / r.floor:>6.2f}x"
-            f"{r.load_seed / r.floor:>7.2f}x | {r.load_old:>6.2f}{r.old_gets:>5}{r.old_trips:>3}"
+            f"{r.load_seed / r.floor:>7.2f}x | {r.load_old:>6.2f}{r.load_old_cold:>6.2f}"
+            f"{r.old_gets:>5}{r.old_trips:>3}"
             f" | {r.save_ours:>7.2f}{r.save_ours / r.save_full:>5.2f}x"
             f"{r.save_seed / r.save_full:>5.2f}x"
         )
@@ -492,15 +519,16 @@ def langgraph_table(results: list[Result]) -> None:
     """Ours against LangGraph's PostgresSaver on the same turns (p50 ms, ratios)."""
     head = (
         f"{'thread':<16}{'saves':>6} | {'save ours':>9}{'lg':>7}{'ours/lg':>8}"
-        f" | {'old ld ours':>11}{'lg':>7}{'ours/lg':>8} | {'latest ours':>11}{'lg':>7}"
-        f"{'ours/lg':>8}"
+        f" | {'old ld ours':>11}{'lg':>7}{'ours/lg':>8}{'cold':>7}{'/lg':>7}"
+        f" | {'latest ours':>11}{'lg':>7}{'ours/lg':>8}"
     )
     print(f"\nAgainst LangGraph PostgresSaver (embedded Postgres)\n{head}\n{'-' * len(head)}")
     for r in [*results, total(results)] if len(results) > 1 else results:
         print(
             f"{r.name[-16:]:<16}{r.saves:>6} | {r.save_ours:>9.2f}{r.save_lg:>7.2f}"
             f"{r.save_ours / r.save_lg:>7.2f}x | {r.load_old:>11.2f}{r.load_lg_old:>7.2f}"
-            f"{r.load_old / r.load_lg_old:>7.2f}x | {r.load_ours:>11.2f}{r.load_lg:>7.2f}"
+            f"{r.load_old / r.load_lg_old:>7.2f}x{r.load_old_cold:>7.2f}"
+            f"{r.load_old_cold / r.load_lg_old:>6.2f}x | {r.load_ours:>11.2f}{r.load_lg:>7.2f}"
             f"{r.load_ours / r.load_lg:>7.2f}x"
         )
 
@@ -578,6 +606,7 @@ def total(results: list[Result]) -> Result:
         load_seed=med("load_seed"),
         floor=med("floor"),
         load_old=med("load_old"),
+        load_old_cold=med("load_old_cold"),
         old_gets=max(r.old_gets for r in results),
         old_trips=max(r.old_trips for r in results),
         save_ours=med("save_ours"),

@@ -13,9 +13,11 @@ messages after them (:mod:`~tulip_memory.delta.known`).
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Self
 
 from tulip_memory.delta.known import Known
 from tulip_memory.delta.manifest import Manifest
@@ -40,26 +42,29 @@ class Cached:
     known: Known | None = None
 
 
-class LatestCache:
-    """Latest states by thread id, least recently used first out.
+class Scoped:
+    """A cache with views: :meth:`scoped` gives one for another namespace of keys (a
+    tenant's) on the same entries and bounds, so any number of views stay within one
+    budget."""
 
-    :meth:`scoped` gives a view whose thread ids are another namespace (a tenant's)
-    sharing these bounds, so any number of per-tenant checkpointers stay within one
-    budget.
-    """
+    _scope = ""
+
+    def scoped(self, scope: str) -> Self:
+        """A view of this cache for another namespace of keys (length-prefixed, so no
+        two scopes share a key)."""
+        view = copy.copy(self)
+        view._scope = f"{self._scope}{len(scope)}:{scope}\x1f"
+        return view
+
+
+class LatestCache(Scoped):
+    """Latest states by thread id, least recently used first out (views for other
+    namespaces of thread ids: :meth:`~Scoped.scoped`)."""
 
     def __init__(self, max_threads: int = MAX_THREADS, max_bytes: int = MAX_BYTES) -> None:
         if max_threads < 0 or max_bytes < 0:
             raise ValueError("cache bounds must be >= 0")
         self._shared = _Entries(max_threads, max_bytes)
-        self._scope = ""
-
-    def scoped(self, scope: str) -> LatestCache:
-        """A view of this cache for another namespace of thread ids."""
-        view = LatestCache.__new__(LatestCache)
-        view._shared = self._shared
-        view._scope = f"{self._scope}{len(scope)}:{scope}\x1f"
-        return view
 
     @property
     def max_threads(self) -> int:

@@ -13,6 +13,7 @@ from uuid import uuid4
 from tulip_memory.delta.cache import LatestCache
 from tulip_memory.delta.codec import encode_state
 from tulip_memory.delta.errors import InvalidCheckpointIdError
+from tulip_memory.delta.history import HistoryCache
 from tulip_memory.delta.keys import check_thread_id
 from tulip_memory.delta.layout import Policy
 from tulip_memory.delta.log import ThreadLog
@@ -38,7 +39,10 @@ class DeltaCheckpointer:
     that old, which age-based bucket lifecycle rules rely on. ``latest_cache``
     (keyword-only) bounds the latest states kept so a save appends to them (default:
     64 threads, 16 MiB of JSON; ``LatestCache(0, 0)`` keeps none, see
-    :mod:`tulip_memory.delta.cache`).
+    :mod:`tulip_memory.delta.cache`); ``history_cache`` (keyword-only) the history
+    objects kept decoded once read, so loading an old checkpoint again reads only the
+    head (default 8 MiB of JSON; ``HistoryCache(0)`` keeps none, see
+    :mod:`tulip_memory.delta.history`).
 
     A storage implementing only the seed's record contract (``store`` / ``retrieve``
     / ``list_checkpoints`` / ``delete``, as :class:`InMemoryDeltaStorage` does) gets the
@@ -57,6 +61,7 @@ class DeltaCheckpointer:
         *,
         max_epoch_age: timedelta | None = None,
         latest_cache: LatestCache | None = None,
+        history_cache: HistoryCache | None = None,
     ) -> None:
         Policy(max_chain_depth, compression_level, max_epoch_age)  # fail early
         self.storage = storage or InMemoryDeltaStorage()
@@ -65,6 +70,7 @@ class DeltaCheckpointer:
         self.max_epoch_age = max_epoch_age
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._latest = latest_cache if latest_cache is not None else LatestCache()
+        self._history = history_cache if history_cache is not None else HistoryCache()
 
     @property
     def latest_cache(self) -> LatestCache:
@@ -72,12 +78,17 @@ class DeltaCheckpointer:
         return self._latest
 
     @property
+    def history_cache(self) -> HistoryCache:
+        """The history objects this checkpointer keeps (see ``history_cache``)."""
+        return self._history
+
+    @property
     def policy(self) -> Policy:
         """The layout policy of the current settings."""
         return Policy(self.max_chain_depth, self.compression_level, self.max_epoch_age)
 
     def _log(self, thread_id: str) -> ThreadLog:
-        return ThreadLog(self.storage, thread_id, self.policy, self._latest)
+        return ThreadLog(self.storage, thread_id, self.policy, self._latest, self._history)
 
     def _records(self) -> RecordThreads | None:
         """The record path, when the storage keeps the seed's records itself."""

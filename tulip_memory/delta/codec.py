@@ -151,7 +151,13 @@ def _split_sections(key: str, body: memoryview, count: int) -> list[bytes]:
 
 def decompress_json(key: str, section: bytes) -> Any:
     """The JSON value of one compressed section; errors name ``key``."""
+    return decompress_json_sized(key, section)[0]
+
+
+def decompress_json_sized(key: str, section: bytes) -> tuple[Any, int]:
+    """The JSON value of one compressed section and its size in bytes, uncompressed."""
     try:
-        return loads(zlib.decompress(section))
+        raw = zlib.decompress(section)
+        return loads(raw), len(raw)
     except (zlib.error, UnicodeDecodeError, ValueError) as e:
         raise CorruptCheckpointError(key, f"undecodable section: {e}") from e

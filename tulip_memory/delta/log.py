@@ -18,6 +18,7 @@ from tulip_memory.delta.cache import Cached, LatestCache
 from tulip_memory.delta.codec import compress, dumps
 from tulip_memory.delta.diff import apply, diff
 from tulip_memory.delta.errors import CorruptCheckpointError, DeltaStorageError, HeadChanged
+from tulip_memory.delta.history import HistoryCache
 from tulip_memory.delta.keys import ThreadKeys
 from tulip_memory.delta.known import MESSAGES, Known, checkpoint_data, known_after
 from tulip_memory.delta.layout import (
@@ -45,7 +46,7 @@ from tulip_memory.delta.manifest import (
     ObjectRef,
     decode_head_manifest,
     decode_head_state,
-    decode_log,
+    decode_log_sized,
     decode_state,
     encode_head,
 )
@@ -92,7 +93,8 @@ class _Missing(Exception):
 
 
 class ThreadLog:
-    """The head and history of one thread; ``cache`` keeps latest states between saves."""
+    """The head and history of one thread; ``cache`` keeps latest states between saves,
+    ``history`` the history objects read (so an old load again reads only the head)."""
 
     def __init__(
         self,
@@ -100,11 +102,13 @@ class ThreadLog:
         thread_id: str,
         policy: Policy,
         cache: LatestCache | None = None,
+        history: HistoryCache | None = None,
     ) -> None:
         self.storage = storage
         self.keys = ThreadKeys.of(thread_id)
         self.policy = policy
         self.cache = cache
+        self.history = history
 
     @property
     def thread_id(self) -> str:
@@ -145,7 +149,15 @@ class ThreadLog:
         raise CorruptCheckpointError(missing, "object missing (deleted or never written)")
 
     async def _rebuild(self, manifest: Manifest, seq: int) -> dict[str, Any]:
+        """Checkpoint ``seq``, from cached objects where it can; when what it rebuilds
+        from them fails its digest, read again from storage."""
         plan = read_plan(manifest, seq)
+        try:
+            return rebuild(await self._sources(plan), seq)
+        except CorruptCheckpointError:
+            keys = [self.keys.log(r.name) for r in plan.objects]
+            if self.history is None or not self.history.forget(keys):
+                raise
         return rebuild(await self._sources(plan), seq)
 
     async def _sources(self, plan: ReadPlan) -> list[tuple[str, Entry]]:
@@ -154,17 +166,24 @@ class ThreadLog:
         return sources + [(self.keys.head, e) for e in plan.pending]
 
     async def _groups(self, refs: Sequence[ObjectRef]) -> list[tuple[ObjectRef, list[Entry]]]:
-        """The entries of each object, read in one round trip."""
-        if not refs:
-            return []
+        """The entries of each object: cached, or read in one round trip."""
         keys = [self.keys.log(r.name) for r in refs]
-        got = await self.storage.read_objects(keys)
+        history = self.history
+        pairs = zip(keys, refs, strict=True)
+        cached = [history.get(k, r.size) if history else None for k, r in pairs]
+        wanted = [k for k, c in zip(keys, cached, strict=True) if c is None]
+        got = await self.storage.read_objects(wanted) if wanted else {}
         groups: list[tuple[ObjectRef, list[Entry]]] = []
-        for ref, key in zip(refs, keys, strict=True):
-            data = got.get(key)
-            if data is None:
-                raise _Missing(key)
-            groups.append((ref, decode_log(key, data)))
+        for ref, key, entries in zip(refs, keys, cached, strict=True):
+            if entries is None:
+                data = got.get(key)
+                if data is None:
+                    raise _Missing(key)
+                decoded, weight = decode_log_sized(key, data)
+                if history is not None:
+                    history.put(key, len(data), decoded, weight)
+                entries = tuple(decoded)
+            groups.append((ref, list(entries)))
         return groups
 
     async def _entries(self, manifest: Manifest, seqs: Iterable[int]) -> dict[int, Entry]:

@@ -26,6 +26,7 @@ from tulip_memory.delta.codec import (
     decode_frame,
     decode_frame_of,
     decompress_json,
+    decompress_json_sized,
     dumps,
     encode_frame,
 )
@@ -297,13 +298,18 @@ def encode_log(entries: Iterable[Entry], level: int) -> bytes:
 
 def decode_log(key: str, data: bytes) -> list[Entry]:
     """The entries of a history object; errors name ``key``."""
+    return decode_log_sized(key, data)[0]
+
+
+def decode_log_sized(key: str, data: bytes) -> tuple[list[Entry], int]:
+    """The entries of a history object and its canonical JSON size; errors name ``key``."""
     sections = decode_frame(key, data, KIND_LOG)
     if len(sections) != 1:
         raise CorruptCheckpointError(key, f"history object has {len(sections)} sections")
-    raw = decompress_json(key, sections[0])
+    value, size = decompress_json_sized(key, sections[0])
     try:
-        if not isinstance(raw, list):
+        if not isinstance(value, list):
             raise TypeError("not a list of entries")
-        return [Entry.from_json(e) for e in raw]
+        return [Entry.from_json(e) for e in value], size
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptCheckpointError(key, f"malformed entries: {e}") from e

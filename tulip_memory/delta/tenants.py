@@ -97,6 +97,7 @@ def tenant_checkpointer(base: DeltaCheckpointer, tenant: str) -> DeltaCheckpoint
         base.compression_level,
         max_epoch_age=base.max_epoch_age,
         latest_cache=base.latest_cache.scoped(tenant),  # one budget for every tenant
+        history_cache=base.history_cache.scoped(tenant),
     )
 
 

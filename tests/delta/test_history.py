@@ -1,0 +1,89 @@
+"""The history cache: an old checkpoint loaded again reads only the head, and what is
+rebuilt from cached objects is still exactly the checkpoint."""
+
+from __future__ import annotations
+
+from tests.delta.conftest import CountingStorage, grow
+from tulip_memory.delta import DeltaCheckpointer, DeltaStorage, InMemoryObjectStorage, Policy
+from tulip_memory.delta.history import HistoryCache
+from tulip_memory.delta.log import ThreadLog
+from tulip_memory.delta.manifest import Entry
+
+
+async def test_an_old_checkpoint_loaded_again_reads_only_the_head(storage: DeltaStorage) -> None:
+    counted = CountingStorage(storage)
+    cp = DeltaCheckpointer(counted)
+    states = grow(80)
+    ids = [await cp.save(s, "t") for s in states]
+    counted.reset()
+    assert await cp.load("t", ids[70]) == states[70]
+    assert counted.read_trips == 2 and counted.gets > 2  # the head, then its objects
+    for n in (70, 3, 41, 69):
+        counted.reset()
+        assert await cp.load("t", ids[n]) == states[n]
+        assert (counted.read_trips, counted.gets) == (1, 1)
+    assert len(cp.history_cache) > 0 and cp.history_cache.bytes > 0
+
+
+async def test_without_a_history_cache_every_old_load_reads_its_objects() -> None:
+    counted = CountingStorage(InMemoryObjectStorage())
+    cp = DeltaCheckpointer(counted, history_cache=HistoryCache(0))
+    states = grow(40)
+    ids = [await cp.save(s, "t") for s in states]
+    for _ in range(2):
+        counted.reset()
+        assert await cp.load("t", ids[20]) == states[20]
+        assert counted.read_trips == 2
+    assert len(cp.history_cache) == 0
+
+
+async def test_a_loaded_value_changed_in_place_does_not_change_a_later_load() -> None:
+    storage = InMemoryObjectStorage()
+    cp = DeltaCheckpointer(storage)
+    states = grow(40)
+    ids = [await cp.save(s, "t") for s in states]
+    log = ThreadLog(storage, "t", Policy(), history=HistoryCache())
+    loaded = await log.load(ids[20])
+    assert loaded is not None
+    loaded["messages"][0]["content"] = "changed by the caller"  # shared with the cache
+    again = await log.load(ids[20])
+    assert again is not None and again["messages"][0]["content"] != "changed by the caller"
+    assert again == states[20].to_checkpoint()
+
+
+async def test_a_deleted_checkpoint_is_gone_though_its_objects_are_cached() -> None:
+    cp = DeltaCheckpointer(InMemoryObjectStorage())
+    states = grow(40)
+    ids = [await cp.save(s, "t") for s in states]
+    assert await cp.load("t", ids[10]) == states[10]
+    assert await cp.delete("t", ids[10])
+    assert await cp.load("t", ids[10]) is None
+    assert await cp.load("t", ids[11]) == states[11]  # rebased onto ids[9]
+
+
+def entry(seq: int) -> Entry:
+    return Entry(seq=seq, created_us=0, digest="d", kind="full", payload={})
+
+
+def test_the_cache_is_bounded_least_recently_used_first_out() -> None:
+    cache = HistoryCache(max_bytes=100)
+    cache.put("a", 10, [entry(0)], 60)
+    cache.put("b", 10, [entry(1)], 30)
+    assert cache.get("a", 10) is not None  # a is now the most recent
+    cache.put("c", 10, [entry(2)], 40)
+    assert cache.get("b", 10) is None and cache.get("a", 10) is not None
+    assert cache.bytes == 100 and len(cache) == 2
+    cache.put("d", 10, [entry(3)], 101)  # larger than the bound: not kept
+    assert cache.get("d", 10) is None and cache.bytes == 100
+    assert cache.get("a", 11) is None  # named at another size: not this object
+
+
+def test_scoped_views_share_the_budget_but_not_the_keys() -> None:
+    cache = HistoryCache(max_bytes=100)
+    a, b = cache.scoped("a"), cache.scoped("b")
+    a.put("log/x", 10, [entry(0)], 70)
+    assert b.get("log/x", 10) is None and cache.get("log/x", 10) is None
+    b.put("log/x", 10, [entry(1)], 70)
+    assert a.get("log/x", 10) is None  # evicted: one budget
+    assert b.forget(["log/x"]) and not b.forget(["log/x"])
+    assert cache.bytes == 0

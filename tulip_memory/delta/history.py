@@ -1,0 +1,102 @@
+"""History objects a checkpointer has read, kept decoded, so that loading an old
+checkpoint again reads only the head.
+
+History objects are immutable: a name (level, range and a random nonce, see
+:func:`~tulip_memory.delta.layout.object_name`) is written once and never rewritten
+(a rewrite takes a new nonce), so a cached object is used as long as the manifest
+still names it with the size it was read at; nothing else is checked before use. What
+is rebuilt from cached objects is still checked against the digest saved with the
+checkpoint, and a mismatch (a caller that changed a loaded value in place, which the
+rebuilt state shares with the cache) reads the objects again from storage.
+
+A bounded LRU, in memory, per :class:`~tulip_memory.delta.DeltaCheckpointer`: at most
+``max_bytes`` of canonical JSON (default 8 MiB; the parsed entries take a few times
+that in Python objects; an object larger than ``max_bytes`` is not kept).
+:meth:`~tulip_memory.delta.cache.Scoped.scoped` gives a view for another namespace
+of keys (a tenant's) within the same budget.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from tulip_memory.delta.cache import Scoped
+from tulip_memory.delta.manifest import Entry
+
+#: Default bound: 8 MiB of canonical JSON.
+MAX_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class _Object:
+    size: int  # the object's stored bytes, as the manifest names it
+    entries: tuple[Entry, ...]
+    weight: int  # its canonical JSON bytes
+
+
+class HistoryCache(Scoped):
+    """Decoded history objects by storage key, least recently used first out (views
+    for other namespaces of keys: :meth:`~tulip_memory.delta.cache.Scoped.scoped`)."""
+
+    def __init__(self, max_bytes: int = MAX_BYTES) -> None:
+        if max_bytes < 0:
+            raise ValueError("cache bounds must be >= 0")
+        self._shared = _Objects(max_bytes)
+
+    @property
+    def max_bytes(self) -> int:
+        return self._shared.max_bytes
+
+    @property
+    def bytes(self) -> int:
+        return self._shared.bytes
+
+    def __len__(self) -> int:
+        return len(self._shared.objects)
+
+    def get(self, key: str, size: int) -> tuple[Entry, ...] | None:
+        """The entries of the object at ``key`` if it was read at ``size`` bytes."""
+        with self._shared.lock:
+            found = self._shared.objects.get(self._scope + key)
+            if found is None or found.size != size:
+                return None
+            self._shared.objects.move_to_end(self._scope + key)
+            return found.entries
+
+    def put(self, key: str, size: int, entries: Sequence[Entry], weight: int) -> None:
+        """Keep the entries of the object at ``key`` (``size`` stored bytes, ``weight``
+        bytes of canonical JSON)."""
+        shared = self._shared
+        with shared.lock:
+            shared.pop(self._scope + key)
+            if weight > shared.max_bytes:
+                return
+            shared.objects[self._scope + key] = _Object(size, tuple(entries), weight)
+            shared.bytes += weight
+            while shared.bytes > shared.max_bytes:
+                _, old = shared.objects.popitem(last=False)
+                shared.bytes -= old.weight
+
+    def forget(self, keys: Iterable[str]) -> bool:
+        """Drop ``keys``; whether any was cached."""
+        with self._shared.lock:
+            return any([self._shared.pop(self._scope + k) for k in keys])
+
+
+class _Objects:
+    """What the views of one cache share."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.objects: OrderedDict[str, _Object] = OrderedDict()
+        self.bytes = 0
+        self.lock = threading.Lock()  # checkpointers may be shared by threads
+
+    def pop(self, key: str) -> bool:
+        old = self.objects.pop(key, None)
+        if old is not None:
+            self.bytes -= old.weight
+        return old is not None
