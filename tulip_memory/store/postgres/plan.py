@@ -7,8 +7,9 @@ and cheap while the scope is small, and its cost grows with the scope's rows.
 Big scopes take the index path (``sql._indexed``): candidates from the HNSW index
 (iterative scan, pgvector >= 0.8) and from the GIN index of the narrow lexical table
 ``<table>_lex`` (keys and ``tsv`` only, kept by triggers in the writer's
-transaction), ranked by the exact path's own scores. The store chooses it from the scope's row count, kept exact
-by triggers in ``<table>_ns_stats`` / ``<table>_turns_ns_stats``, when:
+transaction), ranked by the exact path's own scores. The store chooses it from the
+scope's row count, kept exact by triggers in ``<table>_ns_stats`` /
+``<table>_turns_ns_stats``, when:
 
 - the server can run it: pgvector >= 0.8 and a leakproof ``@@`` (see below);
 - the scope holds at least :data:`INDEX_MIN_ROWS` rows;
