@@ -582,7 +582,7 @@ PHASE_LABELS = {
     "rows": "read rows",
     "embed": "embed",
     "write": "write vectors (UPDATE + range done)",
-    "pace": "pause after a write (pacer)",
+    "pace": "probe + pause after a write (pacer)",
     "finish": "sweep + switch",
 }
 

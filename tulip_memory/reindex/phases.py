@@ -25,7 +25,7 @@ PHASES = {
     "rows": "read a range's rows",
     "embed": "embed a range's texts",
     "write": "write a range's vectors (UPDATE and range done)",
-    "pace": "pause after a write, as the pacer asks (see reindex.pacing)",
+    "pace": "probe the database after a write, pause as the pacer asks (see reindex.pacing)",
     "finish": "the sweep and the switch",
 }
 

@@ -464,6 +464,7 @@ class Reindexer:
         if rng.status == "done":
             outcome = "skipped: range already done"
         else:
+            await self._calibrate(job.id)
             try:
                 texts, keys = await self._rows(job, rng, sweep=False)
                 vectors = await self._embed(job, texts)
@@ -475,7 +476,7 @@ class Reindexer:
             written = await self._write(job, rng, keys, vectors, mark=True)
             outcome = "skipped: stopped meanwhile" if written is None else f"{written} vectors"
             if written:
-                await self._pace(job.id, len(keys), time.perf_counter() - started)
+                await self._pace(job.id, time.perf_counter() - started)
         # Whoever sees no range pending finishes (idempotent): also a rerun of the last
         # batch whose first run wrote its range but failed while finishing. A batch
         # sees its tenant's ranges; only the owner sees every tenant's and switches.
@@ -487,11 +488,28 @@ class Reindexer:
         return outcome
 
     @phase("pace")
-    async def _pace(self, job_id: int, rows: int, seconds: float) -> None:
-        """The pause the pacer asks for after a write of ``rows`` in ``seconds``."""
-        pause = 0.0 if self.pacer is None else self.pacer.observe(job_id, rows, seconds)
+    async def _pace(self, job_id: int, write: float) -> None:
+        """The probe after a write that took ``write`` seconds, and the pause the
+        pacer asks for from it."""
+        if self.pacer is None:
+            return
+        pause = self.pacer.observe(job_id, await self._load_probe(), write)
         if pause > 0:
             await asyncio.sleep(pause)
+
+    @phase("pace")
+    async def _calibrate(self, job_id: int) -> None:
+        """The pacer's reference probes, before this process's first batch of the job
+        loads the database."""
+        while self.pacer is not None and self.pacer.calibrating(job_id):
+            self.pacer.observe(job_id, await self._load_probe())
+
+    async def _load_probe(self) -> float:
+        """Seconds the pacer's probe took (see :mod:`~tulip_memory.reindex.pacing`)."""
+        async with self.store.connection() as conn:
+            started = time.perf_counter()
+            await conn.fetchval(sql.LOAD_PROBE)
+            return max(time.perf_counter() - started, 1e-9)
 
     @phase("rows")
     async def _rows(self, job: ReindexJob, rng: Range, *, sweep: bool) -> tuple[list[str], Any]:

@@ -191,6 +191,10 @@ ON CONFLICT DO NOTHING"""
 
 DELETE_RANGES = "DELETE FROM {t}_reindex_ranges WHERE job = $1"
 
+# The pacer's probe (see reindex.pacing): a fixed amount of work that reads no table,
+# so its time moves only with how long it waits for a core; ~1 ms on an idle server.
+LOAD_PROBE = "SELECT count(*) FROM generate_series(1, 20000)"
+
 # -- batches --------------------------------------------------------------------------
 
 # A batch's own range: of the tenant its task names (pinned, and here again), so a
