@@ -21,6 +21,7 @@ from tulip_memory.objects import (
     S3ObjectStore,
     s3_client,
 )
+from tulip_memory.objects.s3 import EXPECT_CONTINUE_BYTES
 
 
 @pytest.fixture(scope="module")
@@ -152,3 +153,19 @@ def test_named_memory_stores_share_their_objects() -> None:
     assert MemoryObjectStore.named(name).get("k") == b"shared"
     assert MemoryObjectStore.named(f"{name}-other").get("k") is None
     assert MemoryObjectStore().get("k") is None
+
+
+def test_s3_clients_send_small_bodies_without_waiting_to_continue(s3_endpoint: str) -> None:
+    client = s3_client(endpoint_url=s3_endpoint, region_name="us-east-1")
+    expects: list[object] = []
+
+    def record(request: Any, **_: Any) -> None:  # runs after the client's own handler
+        expects.append(request.headers.get("Expect"))
+
+    client.meta.events.register_last("before-send.s3.PutObject", record)
+    store = S3ObjectStore(make_bucket(client), "p", client)
+    small, large = os.urandom(60_000), os.urandom(EXPECT_CONTINUE_BYTES + 1)
+    store.put("small", small)
+    store.put("large", large)
+    assert store.get("small") == small and store.get("large") == large
+    assert expects == [None, b"100-continue"]

