@@ -380,20 +380,21 @@ bm AS MATERIALIZED (
 ),
 best AS MATERIALIZED (SELECT max(bm25) AS top FROM bm),
 lex_top AS MATERIALIZED (
-    SELECT {keys} FROM bm ORDER BY bm25 DESC, {keys} LIMIT ${cand + 1}
+    SELECT {keys}, bm25 FROM bm ORDER BY bm25 DESC, {keys} LIMIT ${cand + 1}
 ),
 vec AS MATERIALIZED (
     SELECT {keys} FROM {table} WHERE {scope} AND $4::vector IS NOT NULL
     ORDER BY {{v}} <=> $4 LIMIT ${cand}
 ),
 cand AS MATERIALIZED (
-    SELECT {keys}, bool_or(near) AS near FROM (
-        SELECT {keys}, false AS near FROM lex_top UNION ALL SELECT {keys}, true FROM vec
+    SELECT {keys}, max(bm25) AS bm25, bool_or(near) AS near FROM (
+        SELECT {keys}, bm25, false AS near FROM lex_top
+        UNION ALL SELECT {keys}, b.bm25, true FROM vec LEFT JOIN bm b USING ({keys})
     ) c GROUP BY {keys}
 ),
 scored AS MATERIALIZED (
-    SELECT {cols}, ({{v}} <=> $4) + 0 AS dist, b.bm25, c.near
-    FROM cand c JOIN {table} USING ({keys}) LEFT JOIN bm b USING ({keys}) WHERE tenant = $1
+    SELECT {cols}, ({{v}} <=> $4) + 0 AS dist, c.bm25, c.near
+    FROM cand c JOIN {table} USING ({keys}) WHERE tenant = $1
 ),
 bound AS MATERIALIZED (
     SELECT coalesce((
