@@ -337,10 +337,11 @@ async def wait_for_waiter(table: Table, statement: str) -> None:
 
 
 def test_an_index_build_gets_the_memory_its_graph_needs() -> None:
-    assert build_resources(0, 384, 8) == (BUILD_MEMORY_MB[0], 4)
-    memory, workers = build_resources(1_000_000, 384, 8)
+    assert build_resources(0, 384, 8, 2) == (BUILD_MEMORY_MB[0], 2)  # the server's setting
+    memory, workers = build_resources(1_000_000, 384, 8, 8)
     assert 2_000 < memory <= BUILD_MEMORY_MB[1] and workers == 4
-    assert build_resources(10**9, 384, 2) == (BUILD_MEMORY_MB[1], 0)
+    assert build_resources(10**9, 384, 2, 2) == (BUILD_MEMORY_MB[1], 0)
+    assert build_resources(10**4, 384, 8, 0)[1] == 0
 
 
 class Recorder:

@@ -2,9 +2,10 @@
 
 Recall and a job's batches run on the same database CPU, so a batch written while
 recall queries wait for a core makes them slower. The pacer watches a **probe**: one
-short statement of fixed work (:data:`~tulip_memory.reindex.sql.LOAD_PROBE`, about a
-millisecond on an idle server), which waits for a core exactly as a recall query
-would, and which (unlike a batch's write, whose time moves with its rows: page
+short statement of fixed work (:data:`~tulip_memory.reindex.sql.LOAD_PROBE`, a few
+milliseconds on an idle server, as long as a recall query: the scheduler runs a much
+shorter one first and it would miss the queueing), which waits for a core as a recall
+query would, and which (unlike a batch's write, whose time moves with its rows: page
 splits, TOAST, a GIN pending-list flush) does the same work every time.
 
 The job's first :attr:`Pacer.calibration` probes in a process are its **reference**

@@ -318,7 +318,9 @@ class Reindexer:
             if await conn.fetchval(self.q(sql.INDEX_VALID), f"{schema}.{name}") is False:
                 await conn.execute(self.q(sql.DROP_INDEX, i=f"{schema}.{name}"))
             size = await conn.fetchrow(self.q(sql.BUILD_SIZE), f"{schema}.{table}")
-            memory, workers = build_resources(float(size["rows"]), dim, int(size["workers"]))
+            memory, workers = build_resources(
+                float(size["rows"]), dim, int(size["workers"]), int(size["maintenance_workers"])
+            )
             await conn.execute(self.q(sql.BUILD_SETTINGS), f"{memory}MB", str(workers))
             await conn.execute(self.q(create, i=name, v=slot))
 
@@ -730,13 +732,18 @@ BUILD_MEMORY_MB = (64, 4096)
 BUILD_WORKERS = 4
 
 
-def build_resources(rows: float, dim: int, server_workers: int) -> tuple[int, int]:
+def build_resources(
+    rows: float, dim: int, server_workers: int, maintenance_workers: int
+) -> tuple[int, int]:
     """maintenance_work_mem (MB) and parallel workers for an HNSW build over ``rows``
     vectors of ``dim``: the graph holds each vector (4 bytes a dimension) and its
-    neighbour lists (m = 16: 32 links at layer 0, ~8 bytes each) with headroom."""
+    neighbour lists (m = 16: 32 links at layer 0, ~8 bytes each) with headroom. The
+    workers are the server's ``max_parallel_maintenance_workers`` (the operator's
+    say in how many cores maintenance may take from queries, 2 by default), within
+    what ``max_worker_processes`` leaves and :data:`BUILD_WORKERS`."""
     need = rows * (4 * dim + 32 * 8 + 64) * 1.5 / 2**20
     memory = int(min(BUILD_MEMORY_MB[1], max(BUILD_MEMORY_MB[0], need)))
-    return memory, max(0, min(BUILD_WORKERS, server_workers - 2))
+    return memory, max(0, min(BUILD_WORKERS, maintenance_workers, server_workers - 2))
 
 
 def _scope(tenant: str | None) -> str:

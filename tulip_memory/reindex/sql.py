@@ -90,10 +90,12 @@ BUILD_SETTINGS = """
 SELECT set_config('maintenance_work_mem', $1, false),
        set_config('max_parallel_maintenance_workers', $2, false)"""
 
-# A table's rows (planner estimate) and the server's bound on parallel workers.
+# A table's rows (planner estimate), the server's bound on worker processes and its
+# setting for parallel maintenance workers.
 BUILD_SIZE = """
 SELECT greatest(c.reltuples, 0)::float8 AS rows,
-       current_setting('max_worker_processes')::int AS workers
+       current_setting('max_worker_processes')::int AS workers,
+       current_setting('max_parallel_maintenance_workers')::int AS maintenance_workers
 FROM pg_class c WHERE c.oid = to_regclass($1)"""
 
 INDEX_VALID = """
@@ -192,8 +194,9 @@ ON CONFLICT DO NOTHING"""
 DELETE_RANGES = "DELETE FROM {t}_reindex_ranges WHERE job = $1"
 
 # The pacer's probe (see reindex.pacing): a fixed amount of work that reads no table,
-# so its time moves only with how long it waits for a core; ~1 ms on an idle server.
-LOAD_PROBE = "SELECT count(*) FROM generate_series(1, 20000)"
+# so its time moves only with how long it waits for a core: ~5 ms on an idle server, as
+# long as a recall query (a shorter one is scheduled first and misses the queueing).
+LOAD_PROBE = "SELECT count(*) FROM generate_series(1, 100000)"
 
 # -- batches --------------------------------------------------------------------------
 
