@@ -6,6 +6,8 @@
 - **read-first**: ``conditional_writes=False``: every save reads the head, then writes
   it (the behaviour before);
 - **full**: one ``PutObject`` of the whole compressed state (no history at all);
+- **put**: one ``PutObject`` of the bytes of the head the tagged save just wrote, and
+  nothing else: the floor of any save that writes one object;
 - **langgraph** (with ``langgraph-checkpoint-postgres`` installed in the bench
   environment): ``PostgresSaver.put`` on an embedded Postgres.
 
@@ -33,6 +35,7 @@ from bench.checkpoints import (
     timed,
 )
 from tulip_memory.delta import S3DeltaStorage
+from tulip_memory.delta.keys import ThreadKeys
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -55,17 +58,22 @@ async def run(args: argparse.Namespace) -> None:
             )  # fmt: skip
 
         print(
-            f"{'thread':<16}{'saves':>6} | {'tagged':>7}{'read-1st':>9}{'full':>7}{'lg':>7}"
-            f" | {'tag/rd':>7}{'tag/full':>9}{'tag/lg':>7}{'rd/lg':>7}  (save p50, ms)"
+            f"{'thread':<16}{'saves':>6} | {'tagged':>7}{'read-1st':>9}{'full':>7}{'put':>7}"
+            f"{'lg':>7} | {'tag/rd':>7}{'tag/full':>9}{'tag/put':>8}{'tag/lg':>7}{'put/lg':>7}"
+            f"  (save p50, ms)"
         )
         for thread in threads:
             tagged = Ours(storage(True), args.depth, thread.name)
             plain = Ours(storage(False), args.depth, thread.name)
             full = FullEverySave(storage(True))
             lg = LangGraphPostgres(saver, thread.name) if saver is not None else None
-            ms: dict[str, list[float]] = {"t": [], "r": [], "f": [], "l": []}
+            ms: dict[str, list[float]] = {"t": [], "r": [], "f": [], "p": [], "l": []}
+            head = ThreadKeys.of(tagged.tid).head
             for i, state in enumerate(thread.states):
                 ms["t"].append((await timed(functools.partial(tagged.save, state)))[0])
+                written = (await full.storage.read_objects([head]))[head] or b""
+                put = functools.partial(full.storage.write_objects, {f"put/{head}": written})
+                ms["p"].append((await timed(put))[0])
                 ms["r"].append((await timed(functools.partial(plain.save, state)))[0])
                 ms["f"].append((await timed(functools.partial(full.save, i, state)))[0])
                 if lg is not None:
@@ -75,8 +83,9 @@ async def run(args: argparse.Namespace) -> None:
             p = {k: statistics.median(v) if v else float("nan") for k, v in ms.items()}
             print(
                 f"{thread.name[-16:]:<16}{len(thread.states):>6} | {p['t']:>7.2f}{p['r']:>9.2f}"
-                f"{p['f']:>7.2f}{p['l']:>7.2f} | {p['t'] / p['r']:>6.2f}x{p['t'] / p['f']:>8.2f}x"
-                f"{p['t'] / p['l']:>6.2f}x{p['r'] / p['l']:>6.2f}x"
+                f"{p['f']:>7.2f}{p['p']:>7.2f}{p['l']:>7.2f} | {p['t'] / p['r']:>6.2f}x"
+                f"{p['t'] / p['f']:>8.2f}x{p['t'] / p['p']:>7.2f}x{p['t'] / p['l']:>6.2f}x"
+                f"{p['p'] / p['l']:>6.2f}x"
             )
 
 
