@@ -87,3 +87,19 @@ def test_scoped_views_share_the_budget_but_not_the_keys() -> None:
     assert a.get("log/x", 10) is None  # evicted: one budget
     assert b.forget(["log/x"]) and not b.forget(["log/x"])
     assert cache.bytes == 0
+
+
+async def test_objects_a_merge_retires_leave_the_cache() -> None:
+    storage = InMemoryObjectStorage()
+    cp = DeltaCheckpointer(storage)
+    states = grow(120)
+    ids = [await cp.save(s, "t") for s in states[:30]]
+    assert await cp.load("t", ids[20]) == states[20]  # reads its objects, now cached
+    before = set((await storage.list_objects("log/")).keys)
+    assert any(k in cp.history_cache for k in before)
+    ids += [await cp.save(s, "t") for s in states[30:]]  # merges retire those objects
+    gone = before - set((await storage.list_objects("log/")).keys)
+    assert gone and not any(k in cp.history_cache for k in gone)
+    assert await cp.load("t", ids[20]) == states[20]
+    assert await cp.delete("t")
+    assert len(cp.history_cache) == 0

@@ -194,12 +194,16 @@ class DeltaCheckpointer:
         return checkpoint.metadata if checkpoint else None
 
     async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        """Delete checkpoint(s): one (its successor is rebased) or the whole thread."""
+        """Delete checkpoint(s): one (its successor is rebased) or the whole thread
+        (what this object keeps of it goes too)."""
         records = self._records()
         async with self._writing(thread_id):
             if records is not None:
                 return await records.delete(thread_id, checkpoint_id)
-            return await self.storage.delete(thread_id, checkpoint_id)
+            log = self._log(thread_id)
+            if checkpoint_id is None:
+                return await log.drop()
+            return await log.delete_checkpoint(checkpoint_id)
 
     async def get_storage_stats(self, thread_id: str) -> dict[str, Any]:
         """Get storage statistics for a thread.

@@ -57,6 +57,10 @@ class HistoryCache(Scoped):
     def __len__(self) -> int:
         return len(self._shared.objects)
 
+    def __contains__(self, key: object) -> bool:
+        with self._shared.lock:
+            return isinstance(key, str) and self._scope + key in self._shared.objects
+
     def get(self, key: str, size: int) -> tuple[Entry, ...] | None:
         """The entries of the object at ``key`` if it was read at ``size`` bytes."""
         with self._shared.lock:
@@ -84,6 +88,13 @@ class HistoryCache(Scoped):
         """Drop ``keys``; whether any was cached."""
         with self._shared.lock:
             return any([self._shared.pop(self._scope + k) for k in keys])
+
+    def forget_prefix(self, prefix: str) -> None:
+        """Drop every key starting with ``prefix`` (a deleted thread's history)."""
+        with self._shared.lock:
+            start = self._scope + prefix
+            for key in [k for k in self._shared.objects if k.startswith(start)]:
+                self._shared.pop(key)
 
 
 class _Objects:

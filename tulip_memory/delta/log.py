@@ -435,10 +435,12 @@ class ThreadLog:
         level = self.policy.compression_level
         head = encode_head(step.manifest, state, level)
         tag = await self.storage.write_head(self.keys.head, head, if_match)
-        stale = {*step.retired, *(previous.garbage if previous else ())}
+        retired = {*step.retired, *(previous.garbage if previous else ())}
+        stale = [self.keys.log(n) for n in sorted(retired)]
+        self._forget(stale)
         if stale:
             try:
-                await self.storage.delete_objects([self.keys.log(n) for n in sorted(stale)])
+                await self.storage.delete_objects(stale)
             except DeltaStorageError as e:  # committed already; the next save retries
                 log.warning("thread %r: could not delete retired objects: %s", self.thread_id, e)
         return tag
@@ -560,7 +562,14 @@ class ThreadLog:
         rest = history + ([self.keys.name] if self.keys.name else [])
         if rest:
             await self.storage.delete_objects(rest)
+        if self.history is not None:
+            self.history.forget_prefix(self.keys.log_prefix)
         return existed or bool(history)
+
+    def _forget(self, keys: Sequence[str]) -> None:
+        """Retired objects out of the history cache (a merge's inputs: never read again)."""
+        if self.history is not None and keys:
+            self.history.forget(keys)
 
     async def copy_to(self, dest: ThreadLog) -> bool:
         """Copy this thread to ``dest`` (replacing it): history server-side, then the head."""
