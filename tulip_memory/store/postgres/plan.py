@@ -53,7 +53,38 @@ not the rows). They cross near 2,500 rows for a scope that is most of its table:
 :data:`INDEX_MIN_ROWS`. A scope that is a small share of a big table pays for the
 other scopes' rows its iterative scan reads and filters out, so it stays exact up to
 about ``sqrt(SCAN_COST_RATIO * candidates * table_rows)`` rows (12,600 of 200,000;
-28,000 of a million).
+28,000 of a million). They were not measured again after the narrow lexical table
+below (a cheaper index path may cross lower); the 1k-10k class, exact, ran at 21-23 ms
+p50 in those runs, 1.0-1.6x PostgresStore's.
+
+What the index path costs now, and what was weighed (200,000 memories over 2,000
+namespaces and a 200,000-turn namespace, the embedded server with 2 GB of
+``shared_buffers``, host load 3-5 on 2 cores; EXPLAIN ANALYZE of one warm
+``search_turns``): 2,307 lexical matches read from the narrow table's GIN index in
+5 ms, their bm25 (``ts_filter`` of each ``tsv``, ``df``, the sums) 11 ms, the HNSW
+nearest 2-5 ms, the 138 candidates' wide rows 1.5 ms: 26 ms in all. Two queries run
+five times each: 22-34 ms, against 44-110 ms for the statement before (bm25 read
+from the wide rows). A search whose HNSW pages are not in
+shared buffers pays 25-100 ms more for its ~500 page reads; the bench's tables and
+indexes (2.5 GB with PostgresStore's) outgrow 2 GB, so its p99 are of those.
+
+- ``shared_buffers``: the embedded server sizes it from the machine
+  (:mod:`tulip_ops.dev.server_settings`); 128 MB -> 1 GB halved the p50.
+- halfvec HNSW (``embedding::halfvec(dim)`` with ``halfvec_cosine_ops``): 246 MB
+  against 430 MB for the turns' graph, the 40 nearest in 6.0 against 7.8 ms p50 warm
+  (30 queries). Not taken here: it changes each slot's index definition, which the
+  reindex builds (``slots.slot_index``); it is the next step for the vector side,
+  mostly for the cache (the graph would fit twice as well).
+- bounding the lexical candidates without a bound: the 100 best by bm25 alone gave
+  recall@10 0.62 against the exact path on ``tests/store/test_recall_plan.py``'s
+  namespace (ties on bm25 broken by key, not by cosine); with the bound, 1.0.
+- a postings table (tenant, ns, lexeme, key, tf, dl) under a B-tree on ``(tenant, ns,
+  lexeme) INCLUDE (key, tf, dl)``: an index-only scan reads the 2,517 postings of 4
+  query lexemes in 1.1 ms (37 buffers, once vacuumed), their bm25 in 8 ms against
+  19-20 ms for the narrow table's ``tsv`` (same server, same query). It is the next
+  step for the lexical side (p99 <= 20 ms on 200,000 turns needs it); it costs a row
+  per distinct lexeme of each row written (1.8 million for 200,000 turns, 228 MB with
+  its index), and its index-only scans need the visibility map kept by vacuum.
 """
 
 from __future__ import annotations
