@@ -133,6 +133,7 @@ async def build(fx: Fixture) -> None:
                 "WITH (m = 8, ef_construction = 32)"
             )
             await admin.execute(f"ANALYZE {table}")
+            await admin.execute(f"ANALYZE {table}_lex")  # as autovacuum would, in time
     finally:
         await admin.close()
 
