@@ -9,17 +9,15 @@ never before a ``Retry-After``); without one, by :func:`extractive_summary`, an 
 and deterministic pick of each turn's most informative sentences within a budget.
 
 Everything here but :func:`extend_summary` / :func:`summarize_history` is pure.
-litellm is imported on first use only.
+The model client is imported on first use only (:mod:`tulip_memory.chat`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
 import math
-import random
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -27,17 +25,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from tulip_memory.chat import Chat, ChatModel, Retries
 from tulip_memory.errors import ModelCallError, TulipMemoryError
 from tulip_memory.extract.prompt import render_transcript
 from tulip_memory.messages import Message, Role
-from tulip_memory.model_calls import (
-    backoff_delay,
-    estimate_tokens,
-    import_litellm_async,
-    is_retryable,
-    retry_after_of,
-    status_of,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -404,83 +395,31 @@ def _cut(line: str, budget: int, count: TokenCounter) -> str:
 async def _model_summary(
     previous: str | None, messages: Sequence[Message], model: str, config: SummarySettings
 ) -> str:
-    litellm = await import_litellm_async()
+    chat = Chat(ChatModel(model=model, api_base=config.api_base, api_key=config.api_key))
+    await chat.load()
+    retries = Retries(
+        timeout=config.timeout,
+        max_retries=config.max_retries,
+        backoff=config.backoff,
+        max_backoff=config.max_backoff,
+    )
     text = previous or ""
     lines = render_transcript(messages)
-    for chunk in chunk_lines(lines, config.max_input_tokens, _counter(litellm, model)):
-        prompt = build_prompt(text, chunk, config.summary_words)
-        response, attempts = await _complete(litellm, _request(model, prompt, config), config)
-        text = _content_of(response).strip()
+    for chunk in chunk_lines(lines, config.max_input_tokens, chat.count_tokens):
+        reply = await chat.complete(
+            build_prompt(text, chunk, config.summary_words),
+            temperature=config.temperature,
+            max_tokens=config.max_output_tokens,
+            retries=retries,
+            error=SummarizationError,
+            what="summary call",
+        )
+        text = reply.content.strip()
         if not text:
-            raise SummarizationError(f"{model} answered with an empty summary", attempts=attempts)
+            raise SummarizationError(
+                f"{model} answered with an empty summary", attempts=reply.usage.attempts
+            )
     return text
-
-
-async def _complete(
-    litellm: Any, kwargs: dict[str, Any], config: SummarySettings
-) -> tuple[Any, int]:
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            async with asyncio.timeout(config.timeout):
-                return await litellm.acompletion(**kwargs), attempt
-        except Exception as e:
-            delay = _retry_delay(e, attempt, config)
-            if delay is None:
-                raise SummarizationError(
-                    f"{kwargs['model']} summary call failed: {type(e).__name__}: {e}",
-                    attempts=attempt,
-                    status=status_of(e),
-                ) from e
-            logger.warning("%s summary call failed (%s); retry in %.2fs", kwargs["model"], e, delay)
-            await asyncio.sleep(delay)
-
-
-def _retry_delay(error: Exception, attempt: int, config: SummarySettings) -> float | None:
-    """Seconds to wait before the next attempt, or ``None`` to give up."""
-    if attempt > config.max_retries or not is_retryable(error):
-        return None
-    wait = retry_after_of(error)
-    if wait is not None:
-        return wait if wait <= config.max_backoff else None
-    return backoff_delay(attempt, config.backoff, config.max_backoff, random.random())
-
-
-def _request(model: str, prompt: list[dict[str, str]], config: SummarySettings) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {
-        "model": model,
-        "messages": prompt,
-        "temperature": config.temperature,
-        "max_tokens": config.max_output_tokens,
-        "timeout": config.timeout,
-        # Retries are ours (they honour Retry-After); none inside litellm or the SDK.
-        "num_retries": 0,
-        "max_retries": 0,
-    }
-    if config.api_base is not None:
-        kwargs["api_base"] = config.api_base
-    if config.api_key is not None:
-        kwargs["api_key"] = config.api_key
-    return kwargs
-
-
-def _counter(litellm: Any, model: str) -> TokenCounter:
-    def count(text: str) -> int:
-        try:
-            return int(litellm.token_counter(model=model, text=text))
-        except Exception:
-            return estimate_tokens(text)
-
-    return count
-
-
-def _content_of(response: Any) -> str:
-    try:
-        content = response.choices[0].message.content
-    except (AttributeError, IndexError, TypeError):
-        return ""
-    return content if isinstance(content, str) else ""
 
 
 def _extendable(previous: Summary, history: Sequence[Message], stop: int) -> bool:

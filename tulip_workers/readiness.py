@@ -21,9 +21,11 @@ forks):
   for its supervisor to show.
 
 A worker that calls a model (an extraction shard with ``TULIP_EXTRACT_MODEL``, the
-summary queue with ``TULIP_SUMMARY_MODEL``) also loads the model client (litellm:
-seconds, tens of them on a loaded host) before it is ready, so its first events do not
-wait for that import, and a prefork pool's children inherit it loaded.
+summary queue with ``TULIP_SUMMARY_MODEL``) through litellm also imports it (seconds,
+tens of them on a loaded host) before it is ready, so its first events do not wait for
+that import, and a prefork pool's children inherit it loaded. An extraction model on an
+OpenAI-compatible server goes through the OpenAI SDK (:mod:`tulip_memory.chat`), and
+such a worker never imports litellm.
 """
 
 from __future__ import annotations
@@ -121,18 +123,22 @@ def wait_for_database(queue_names: Iterable[str], retry_seconds: float = RETRY_S
     log.info("Postgres at %s answers", where)
 
 
-def calls_a_model(queue_names: Iterable[str]) -> bool:
-    """Whether the worker of ``queue_names`` calls a model with the configured settings."""
+def needs_litellm(queue_names: Iterable[str]) -> bool:
+    """Whether the worker of ``queue_names`` calls a model through litellm with the
+    configured settings (an OpenAI-compatible extraction server is called through the
+    OpenAI SDK: :mod:`tulip_memory.chat`)."""
     names = list(queue_names)
     s = runtime().settings
     extracts = any(q.startswith(f"{EXTRACT_QUEUE_PREFIX}.") for q in names)
     summarizes = SUMMARIZE_QUEUE in names
-    return (extracts and s.extractor is not None) or (summarizes and bool(s.summary_model))
+    extraction = s.extractor
+    via_litellm = extraction is not None and not extraction.chat_model.direct
+    return (extracts and via_litellm) or (summarizes and bool(s.summary_model))
 
 
 def load_model_client(queue_names: Iterable[str]) -> None:
-    """Import the model client now if the worker of ``queue_names`` will call a model."""
-    if not calls_a_model(queue_names):
+    """Import litellm now if the worker of ``queue_names`` will call a model with it."""
+    if not needs_litellm(queue_names):
         return
     started = time.monotonic()
     import_litellm()

@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tulip_memory import env as lib
+from tulip_memory.chat import CLIENTS, Client
 from tulip_memory.config import StoreSettings
-from tulip_memory.env import Env, Var, environ, positive, seconds, stripped, text_var
+from tulip_memory.env import Env, Var, environ, one_of, positive, seconds, stripped, text_var
 from tulip_memory.extract import LLMExtractorConfig
 from tulip_memory.store.postgres.store import DEFAULT_POOL_SIZE
 from tulip_memory.summaries import SummaryBudget
@@ -56,6 +57,7 @@ EXTRACT_MODEL = Var("TULIP_EXTRACT_MODEL", "", stripped)
 EXTRACT_API_BASE = text_var("TULIP_EXTRACT_API_BASE")
 EXTRACT_API_KEY = text_var("TULIP_EXTRACT_API_KEY", secret=True)
 EXTRACT_TIMEOUT = Var("TULIP_EXTRACT_TIMEOUT", 30.0, seconds)
+EXTRACT_CLIENT = Var("TULIP_EXTRACT_CLIENT", "auto", one_of(*CLIENTS))
 SUMMARY_MODEL = Var("TULIP_SUMMARY_MODEL", "", stripped)
 SUMMARIZE_OVER_TOKENS = Var("TULIP_SUMMARIZE_OVER_TOKENS", 6000, positive)
 #: Default: a quarter of ``TULIP_SUMMARIZE_OVER_TOKENS``.
@@ -155,8 +157,8 @@ class WorkerSettings:
 
 def extractor_config(env: Env | None = None) -> LLMExtractorConfig | None:
     """From ``TULIP_EXTRACT_MODEL`` (and ``TULIP_EXTRACT_API_BASE``,
-    ``TULIP_EXTRACT_API_KEY``, ``TULIP_EXTRACT_TIMEOUT``); ``None`` when the model
-    is unset (use the offline heuristic)."""
+    ``TULIP_EXTRACT_API_KEY``, ``TULIP_EXTRACT_TIMEOUT``, ``TULIP_EXTRACT_CLIENT``);
+    ``None`` when the model is unset (use the offline heuristic)."""
     e = environ(env)
     model = EXTRACT_MODEL.read(e)
     if not model:
@@ -166,7 +168,12 @@ def extractor_config(env: Env | None = None) -> LLMExtractorConfig | None:
         api_base=EXTRACT_API_BASE.read(e),
         api_key=EXTRACT_API_KEY.read(e),
         timeout=EXTRACT_TIMEOUT.read(e),
+        client=_client(EXTRACT_CLIENT.read(e)),
     )
+
+
+def _client(name: str) -> Client:
+    return "litellm" if name == "litellm" else "auto"
 
 
 def summary_budget(env: Env | None = None) -> SummaryBudget:

@@ -1,4 +1,6 @@
-"""``LLMExtractor`` through real litellm HTTP calls to the local fake OpenAI server."""
+"""``LLMExtractor`` through real HTTP calls to the local fake OpenAI server, each test
+through both model clients (:mod:`tulip_memory.chat`): the OpenAI SDK (``auto``: an
+``openai/`` model with an API base) and litellm."""
 
 from __future__ import annotations
 
@@ -7,12 +9,14 @@ import logging
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.support.events import EventLog
 from tests.support.openai_server import FakeOpenAI, Reply
+from tulip_memory.chat import CLIENTS, Client
 from tulip_memory.extract import ExtractionError, LLMExtractor, LLMExtractorConfig
 from tulip_memory.extract.prompt import OMITTED
 from tulip_memory.manager import LLMMemoryManager, Memory, MemoryType
@@ -29,8 +33,20 @@ TALK = [
 ]
 
 
+_CLIENT: list[Client] = ["auto"]
+
+
+@pytest.fixture(autouse=True, params=CLIENTS)
+def client(request: pytest.FixtureRequest) -> Iterator[Client]:
+    """Every test of this module once per model client."""
+    _CLIENT[0] = request.param
+    yield request.param
+    _CLIENT[0] = "auto"
+
+
 def config(fake: FakeOpenAI, **overrides: Any) -> LLMExtractorConfig:
     settings: dict[str, Any] = {
+        "client": _CLIENT[0],
         "model": "openai/test-model",
         "api_base": fake.url,
         "api_key": "test",
@@ -78,7 +94,8 @@ async def test_good_output_gives_memories_and_usage(fake_openai: FakeOpenAI) -> 
 
 
 async def test_usage_carries_the_price_of_a_priced_model(fake_openai: FakeOpenAI) -> None:
-    """The cost litellm priced on the response, equal to pricing its tokens afresh."""
+    """The cost of the call (litellm's on its response, or the SDK reply's tokens at
+    litellm's map's prices), equal to litellm pricing its tokens afresh."""
     fake_openai.script_chat(answer(ANA))
     result = await LLMExtractor(config(fake_openai, model="openai/gpt-4o-mini")).extract(TALK)
     usage = result.usage
@@ -253,45 +270,3 @@ def test_importing_the_package_does_not_import_litellm() -> None:
         "assert 'litellm' not in sys.modules, 'litellm imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
-
-
-_LOOP_DURING_IMPORT = """
-import asyncio, json, sys
-from tests.support.openai_server import FakeOpenAI, Reply
-from tulip_memory import model_calls
-from tulip_memory.extract import LLMExtractor, LLMExtractorConfig
-from tulip_memory.messages import Message, Role
-
-async def main() -> None:
-    seen = []  # what the loop saw while litellm was half imported (in sys.modules, not done)
-    done = asyncio.Event()
-
-    async def tick() -> None:
-        while not done.is_set():
-            if "litellm" in sys.modules and model_calls._module is None:
-                seen.append(1)
-            await asyncio.sleep(0.005)
-
-    with FakeOpenAI() as fake:
-        fake.script_chat(Reply(content=json.dumps({"memories": []})))
-        config = LLMExtractorConfig(model="openai/test-model", api_base=fake.url,
-                                    api_key="test", timeout=30.0, response_schema=False)
-        ticker = asyncio.create_task(tick())
-        await LLMExtractor(config).extract([Message(role=Role.USER, content="Hi, I'm Ana.")])
-        done.set()
-        await ticker
-    print(len(seen))
-
-asyncio.run(main())
-"""
-
-
-def test_the_first_extraction_imports_litellm_without_stalling_the_loop() -> None:
-    """A process's first extraction imports litellm (seconds): on a worker thread, so
-    every other event on the worker's loop goes on meanwhile (on the loop it would
-    stop them all, and a loaded host takes tens of seconds over it)."""
-    run = subprocess.run(
-        [sys.executable, "-c", _LOOP_DURING_IMPORT], capture_output=True, text=True, timeout=180
-    )
-    assert run.returncode == 0, run.stderr
-    assert int(run.stdout.strip().splitlines()[-1]) > 0, "the loop did not run during the import"

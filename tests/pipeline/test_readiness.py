@@ -108,6 +108,7 @@ def test_a_worker_that_calls_a_model_loads_its_client_before_it_is_ready(
             TULIP_EXTRACT_MODEL="openai/test-model",
             TULIP_EXTRACT_API_BASE="http://127.0.0.1:9/v1",  # never called here
             TULIP_EXTRACT_API_KEY="test",
+            TULIP_EXTRACT_CLIENT="litellm",  # else the OpenAI SDK: no litellm to load
         )
     )
     worker = WorkerProcess("llm-ready", ["memory.extract.0"], env, tmp_path / "llm.log")

@@ -1,0 +1,84 @@
+"""Which model client a process loads: litellm imported off the event loop, and not
+at all for an OpenAI-compatible server (:mod:`tulip_memory.chat`). Each case runs in a
+fresh interpreter, whose imports are its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+_LOOP_DURING_IMPORT = """
+import asyncio, json, sys
+from tests.support.openai_server import FakeOpenAI, Reply
+from tulip_memory import model_calls
+from tulip_memory.extract import LLMExtractor, LLMExtractorConfig
+from tulip_memory.messages import Message, Role
+
+async def main() -> None:
+    seen = []  # what the loop saw while litellm was half imported (in sys.modules, not done)
+    done = asyncio.Event()
+
+    async def tick() -> None:
+        while not done.is_set():
+            if "litellm" in sys.modules and model_calls._module is None:
+                seen.append(1)
+            await asyncio.sleep(0.005)
+
+    with FakeOpenAI() as fake:
+        fake.script_chat(Reply(content=json.dumps({"memories": []})))
+        config = LLMExtractorConfig(model="openai/test-model", api_base=fake.url,
+                                    api_key="test", timeout=30.0, response_schema=False,
+                                    client="litellm")
+        ticker = asyncio.create_task(tick())
+        await LLMExtractor(config).extract([Message(role=Role.USER, content="Hi, I'm Ana.")])
+        done.set()
+        await ticker
+    print(len(seen))
+
+asyncio.run(main())
+"""
+
+
+def test_the_first_extraction_imports_litellm_without_stalling_the_loop() -> None:
+    """A process's first extraction imports litellm (seconds): on a worker thread, so
+    every other event on the worker's loop goes on meanwhile (on the loop it would
+    stop them all, and a loaded host takes tens of seconds over it)."""
+    run = subprocess.run(
+        [sys.executable, "-c", _LOOP_DURING_IMPORT], capture_output=True, text=True, timeout=180
+    )
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout.strip().splitlines()[-1]) > 0, "the loop did not run during the import"
+
+
+_WITHOUT_LITELLM = """
+import asyncio, json, sys
+from tests.support.openai_server import FakeOpenAI, Reply
+from tulip_memory.extract import LLMExtractor, LLMExtractorConfig
+from tulip_memory.messages import Message, Role
+
+async def main() -> None:
+    with FakeOpenAI() as fake:
+        item = {"type": "user", "key": "name", "content": "The user's name is Ana."}
+        fake.script_chat(Reply(content=json.dumps({"memories": [item]})))
+        config = LLMExtractorConfig(model="openai/gpt-4o-mini", api_base=fake.url, api_key="t")
+        result = await LLMExtractor(config).extract([Message(role=Role.USER, content="I'm Ana.")])
+        schema = "response_format" in fake.requests[-1].json
+    print(json.dumps([len(result.memories), result.usage.cost_usd, schema,
+                      "litellm" in sys.modules]))
+
+asyncio.run(main())
+"""
+
+
+def test_an_openai_compatible_server_is_called_without_importing_litellm() -> None:
+    """``auto`` with an ``openai/`` model and an API base: the OpenAI SDK, priced and
+    asked for a JSON schema from litellm's model map, in a process that never imports
+    litellm (seconds and ~175 MB)."""
+    run = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_LITELLM], capture_output=True, text=True, timeout=180
+    )
+    assert run.returncode == 0, run.stderr
+    memories, cost, schema, imported = json.loads(run.stdout.strip().splitlines()[-1])
+    assert memories == 1 and cost > 0 and schema is True
+    assert imported is False
