@@ -25,6 +25,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
+from functools import cached_property
 
 import redis
 
@@ -145,19 +146,13 @@ class RedisSemaphore:
         return self.lease_seconds / 3
 
     def _renewing(self, token: str) -> Callable[[], None]:
-        """Renew ``token``'s lease from a thread of its own until the returned
-        function is called (which returns at once; the thread ends within a pause)."""
-        stop = threading.Event()
+        """Renew ``token``'s lease until the returned function is called (which returns
+        at once), from the one thread that renews every lease this object holds."""
+        return self._renewals.add(token)
 
-        def renew_until_stopped() -> None:
-            while not stop.wait(self._renew_every):
-                if not self._renewed(token):
-                    if not stop.is_set():  # else it was released meanwhile
-                        logger.warning("semaphore %r: a lease expired before renewal", self.name)
-                    return
-
-        threading.Thread(target=renew_until_stopped, name="tulip-lease", daemon=True).start()
-        return stop.set
+    @cached_property
+    def _renewals(self) -> _Renewals:
+        return _Renewals(self)
 
     def _renewed(self, token: str) -> bool:
         """Renew once; ``False`` when the lease is gone (nothing left to renew). A
@@ -192,6 +187,47 @@ class RedisSemaphore:
             return
         if token := attempt.result():
             asyncio.get_running_loop().run_in_executor(None, self.release, token)
+
+
+class _Renewals:
+    """The leases one :class:`RedisSemaphore` holds, renewed every third of a lease by
+    one thread (started on the first, again after a fork): a thread per held slot cost
+    a thread start per model call."""
+
+    def __init__(self, semaphore: RedisSemaphore) -> None:
+        self._semaphore = semaphore
+        self._tokens: set[str] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, token: str) -> Callable[[], None]:
+        with self._lock:
+            self._tokens.add(token)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="tulip-leases", daemon=True)
+                self._thread.start()
+        return lambda: self._discard(token)
+
+    def _discard(self, token: str) -> None:
+        with self._lock:
+            self._tokens.discard(token)
+
+    def _held(self, token: str) -> bool:
+        with self._lock:
+            return token in self._tokens
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self._semaphore._renew_every)
+            with self._lock:
+                tokens = list(self._tokens)
+            for token in tokens:
+                if self._held(token) and not self._semaphore._renewed(token):
+                    if self._held(token):  # else it was released meanwhile
+                        logger.warning(
+                            "semaphore %r: a lease expired before renewal", self._semaphore.name
+                        )
+                    self._discard(token)
 
 
 def semaphore_from_env(name: str = "llm", lease_seconds: float | None = None) -> RedisSemaphore:
