@@ -307,6 +307,8 @@ _COUNTS = f"""SELECT count(*) FILTER (WHERE status = 'applied'),
               FROM {ledger.TABLE} WHERE event_id = ANY($1::text[])"""
 _TYPE_APPLIED = f"""SELECT count(*) FROM {ledger.TABLE}
                     WHERE type = $1 AND tenant = $2 AND status = 'applied'"""
+_APPLIED_AT = f"""SELECT extract(epoch FROM created_at) FROM {ledger.TABLE}
+                  WHERE event_id = ANY($1::text[]) AND status = 'applied'"""
 _A_DEAD_REASON = f"""SELECT reason FROM {ledger.TABLE}
                      WHERE event_id = ANY($1::text[]) AND status = 'dead' LIMIT 1"""
 
@@ -325,6 +327,12 @@ class LedgerProbe:
         except asyncpg.UndefinedTableError:  # no worker has created the ledger yet
             return 0, 0
         return int(row[0]), int(row[1])
+
+    def applied_times(self, ids: list[str]) -> list[float]:
+        """When each of ``ids`` was applied (its ledger row's time: the start of the
+        transaction that wrote it, epoch seconds), in order."""
+        rows = self._runner.run(self._conn.fetch(_APPLIED_AT, ids))
+        return sorted(float(r[0]) for r in rows)
 
     def wait_applied(self, ids: list[str], timeout: float, check: Callable[[], None]) -> float:
         """``perf_counter()`` of the first poll that found every event applied."""
