@@ -16,8 +16,9 @@ from __future__ import annotations
 import copy
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Self
+from typing import Generic, Self, TypeVar
 
 from tulip_memory.delta.known import Known
 from tulip_memory.delta.manifest import Manifest
@@ -26,6 +27,72 @@ from tulip_memory.delta.segments import Latest
 #: Defaults: 64 threads, 16 MiB of canonical JSON.
 MAX_THREADS = 64
 MAX_BYTES = 16 * 1024 * 1024
+
+V = TypeVar("V")
+
+
+class Lru(Generic[V]):
+    """Values by key, least recently used first out, within ``max_bytes`` (each value
+    weighing ``weight(value)``) and ``max_items``: what the views of one cache share.
+    A value heavier than ``max_bytes`` is not kept. Thread-safe; ``lock`` (reentrant)
+    makes a check and its :meth:`touch` one step."""
+
+    def __init__(
+        self, max_bytes: int, weight: Callable[[V], int], max_items: int | None = None
+    ) -> None:
+        if max_bytes < 0 or (max_items is not None and max_items < 0):
+            raise ValueError("cache bounds must be >= 0")
+        self.max_bytes = max_bytes
+        self.max_items = max_items
+        self.bytes = 0
+        self.lock = threading.RLock()  # checkpointers may be shared by threads
+        self._weight = weight
+        self._values: OrderedDict[str, V] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __contains__(self, key: object) -> bool:
+        with self.lock:
+            return key in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        """The keys, as a list taken now (least recently used first)."""
+        with self.lock:
+            return iter(list(self._values))
+
+    def peek(self, key: str) -> V | None:
+        """The value at ``key``, without making it recently used."""
+        with self.lock:
+            return self._values.get(key)
+
+    def touch(self, key: str) -> None:
+        """Make ``key`` the most recently used."""
+        with self.lock:
+            self._values.move_to_end(key)
+
+    def put(self, key: str, value: V) -> None:
+        with self.lock:
+            self.pop(key)
+            weight = self._weight(value)
+            if weight > self.max_bytes or self.max_items == 0:
+                return
+            self._values[key] = value
+            self.bytes += weight
+            while self.bytes > self.max_bytes or (
+                self.max_items is not None and len(self._values) > self.max_items
+            ):
+                _, old = self._values.popitem(last=False)
+                self.bytes -= self._weight(old)
+
+    def pop(self, key: str) -> bool:
+        """Drop ``key``; whether it was there."""
+        with self.lock:
+            old = self._values.pop(key, None)
+            if old is None:
+                return False
+            self.bytes -= self._weight(old)
+            return True
 
 
 @dataclass(frozen=True)
@@ -62,20 +129,18 @@ class LatestCache(Scoped):
     namespaces of thread ids: :meth:`~Scoped.scoped`)."""
 
     def __init__(self, max_threads: int = MAX_THREADS, max_bytes: int = MAX_BYTES) -> None:
-        if max_threads < 0 or max_bytes < 0:
-            raise ValueError("cache bounds must be >= 0")
-        self._shared = _Entries(max_threads, max_bytes)
+        self._shared: Lru[Cached] = Lru(max_bytes, lambda e: e.state.size, max_threads)
 
     @property
     def max_threads(self) -> int:
-        return self._shared.max_threads
+        return self._shared.max_items or 0
 
     @property
     def max_bytes(self) -> int:
         return self._shared.max_bytes
 
     def __len__(self) -> int:
-        return len(self._shared.entries)
+        return len(self._shared)
 
     @property
     def bytes(self) -> int:
@@ -90,20 +155,20 @@ class LatestCache(Scoped):
         """The entry of ``thread_id`` if it holds that checkpoint, else None."""
         key = self._scope + thread_id
         with self._shared.lock:
-            entry = self._shared.entries.get(key)
+            entry = self._shared.peek(key)
             if entry is None or entry.latest != latest or entry.state.digest != digest:
                 return None
-            self._shared.entries.move_to_end(key)
+            self._shared.touch(key)
             return entry
 
     def written(self, thread_id: str) -> Cached | None:
         """The entry of ``thread_id`` when it holds the head this process wrote (tagged)."""
         key = self._scope + thread_id
         with self._shared.lock:
-            entry = self._shared.entries.get(key)
+            entry = self._shared.peek(key)
             if entry is None or entry.tag is None or entry.manifest is None:
                 return None
-            self._shared.entries.move_to_end(key)
+            self._shared.touch(key)
             return entry
 
     def put(
@@ -115,34 +180,7 @@ class LatestCache(Scoped):
         tag: str | None = None,
         known: Known | None = None,
     ) -> None:
-        shared = self._shared
-        with shared.lock:
-            shared.pop(self._scope + thread_id)
-            if state.size > shared.max_bytes or shared.max_threads == 0:
-                return
-            entry = Cached(latest, state, manifest, tag, known)
-            shared.entries[self._scope + thread_id] = entry
-            shared.bytes += state.size
-            while len(shared.entries) > shared.max_threads or shared.bytes > shared.max_bytes:
-                _, old = shared.entries.popitem(last=False)
-                shared.bytes -= old.state.size
+        self._shared.put(self._scope + thread_id, Cached(latest, state, manifest, tag, known))
 
     def drop(self, thread_id: str) -> None:
-        with self._shared.lock:
-            self._shared.pop(self._scope + thread_id)
-
-
-class _Entries:
-    """What the views of one cache share."""
-
-    def __init__(self, max_threads: int, max_bytes: int) -> None:
-        self.max_threads = max_threads
-        self.max_bytes = max_bytes
-        self.entries: OrderedDict[str, Cached] = OrderedDict()
-        self.bytes = 0
-        self.lock = threading.Lock()  # checkpointers may be shared by threads
-
-    def pop(self, key: str) -> None:
-        old = self.entries.pop(key, None)
-        if old is not None:
-            self.bytes -= old.state.size
+        self._shared.pop(self._scope + thread_id)

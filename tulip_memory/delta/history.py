@@ -18,12 +18,10 @@ of keys (a tenant's) within the same budget.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from tulip_memory.delta.cache import Scoped
+from tulip_memory.delta.cache import Lru, Scoped
 from tulip_memory.delta.manifest import Entry
 
 #: Default bound: 8 MiB of canonical JSON.
@@ -42,9 +40,7 @@ class HistoryCache(Scoped):
     for other namespaces of keys: :meth:`~tulip_memory.delta.cache.Scoped.scoped`)."""
 
     def __init__(self, max_bytes: int = MAX_BYTES) -> None:
-        if max_bytes < 0:
-            raise ValueError("cache bounds must be >= 0")
-        self._shared = _Objects(max_bytes)
+        self._shared: Lru[_Object] = Lru(max_bytes, lambda o: o.weight)
 
     @property
     def max_bytes(self) -> int:
@@ -55,59 +51,32 @@ class HistoryCache(Scoped):
         return self._shared.bytes
 
     def __len__(self) -> int:
-        return len(self._shared.objects)
+        return len(self._shared)
 
     def __contains__(self, key: object) -> bool:
-        with self._shared.lock:
-            return isinstance(key, str) and self._scope + key in self._shared.objects
+        return isinstance(key, str) and self._scope + key in self._shared
 
     def get(self, key: str, size: int) -> tuple[Entry, ...] | None:
         """The entries of the object at ``key`` if it was read at ``size`` bytes."""
         with self._shared.lock:
-            found = self._shared.objects.get(self._scope + key)
+            found = self._shared.peek(self._scope + key)
             if found is None or found.size != size:
                 return None
-            self._shared.objects.move_to_end(self._scope + key)
+            self._shared.touch(self._scope + key)
             return found.entries
 
     def put(self, key: str, size: int, entries: Sequence[Entry], weight: int) -> None:
         """Keep the entries of the object at ``key`` (``size`` stored bytes, ``weight``
         bytes of canonical JSON)."""
-        shared = self._shared
-        with shared.lock:
-            shared.pop(self._scope + key)
-            if weight > shared.max_bytes:
-                return
-            shared.objects[self._scope + key] = _Object(size, tuple(entries), weight)
-            shared.bytes += weight
-            while shared.bytes > shared.max_bytes:
-                _, old = shared.objects.popitem(last=False)
-                shared.bytes -= old.weight
+        self._shared.put(self._scope + key, _Object(size, tuple(entries), weight))
 
     def forget(self, keys: Iterable[str]) -> bool:
         """Drop ``keys``; whether any was cached."""
-        with self._shared.lock:
-            return any([self._shared.pop(self._scope + k) for k in keys])
+        return any([self._shared.pop(self._scope + k) for k in keys])
 
     def forget_prefix(self, prefix: str) -> None:
         """Drop every key starting with ``prefix`` (a deleted thread's history)."""
+        start = self._scope + prefix
         with self._shared.lock:
-            start = self._scope + prefix
-            for key in [k for k in self._shared.objects if k.startswith(start)]:
+            for key in [k for k in self._shared if k.startswith(start)]:
                 self._shared.pop(key)
-
-
-class _Objects:
-    """What the views of one cache share."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.objects: OrderedDict[str, _Object] = OrderedDict()
-        self.bytes = 0
-        self.lock = threading.Lock()  # checkpointers may be shared by threads
-
-    def pop(self, key: str) -> bool:
-        old = self.objects.pop(key, None)
-        if old is not None:
-            self.bytes -= old.weight
-        return old is not None
