@@ -25,7 +25,7 @@ import asyncio
 import logging
 import os
 import random
-import weakref
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -135,13 +135,13 @@ class Chat:
     def __init__(self, model: ChatModel) -> None:
         self.model = model
         self._schema: bool | None = None
-        self._sdk: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
-            weakref.WeakKeyDictionary()
-        )
 
     async def load(self) -> None:
-        """Import the client now (litellm takes seconds), off the event loop."""
-        if not self.model.direct:
+        """Import litellm, or read the model's entry of its model map, now and off the
+        event loop (seconds, or tens of milliseconds)."""
+        if self.model.direct:
+            await asyncio.to_thread(model_map.model_entry, self.model.model)
+        else:
             await import_litellm_async()
 
     def supports_schema(self) -> bool:
@@ -245,19 +245,29 @@ class Chat:
         return _reply_of(response, cost=_litellm_cost(litellm, response))
 
     def _client(self) -> Any:
-        """This event loop's SDK client (its connections belong to one loop)."""
-        loop = asyncio.get_running_loop()
-        client = self._sdk.get(loop)
+        return sdk_client(self.model.api_base, self.model.api_key)
+
+
+#: The OpenAI SDK's clients of each event loop (their connections belong to one loop),
+#: by API base and key, shared by every :class:`Chat` of the loop. A closed loop's go
+#: at the next lookup (their connections hold the loop, so weak keys would not).
+_clients: dict[asyncio.AbstractEventLoop, dict[tuple[str | None, str], Any]] = {}
+_clients_lock = threading.Lock()  # loops of other threads look up too
+
+
+def sdk_client(api_base: str | None, api_key: str | None) -> Any:
+    """The running loop's OpenAI SDK client for ``api_base`` and ``api_key``."""
+    key = api_key or os.environ.get("OPENAI_API_KEY") or "unused"  # the SDK insists
+    with _clients_lock:
+        for closed in [loop for loop in _clients if loop.is_closed()]:
+            del _clients[closed]
+        of_loop = _clients.setdefault(asyncio.get_running_loop(), {})
+        client = of_loop.get((api_base, key))
         if client is None:
             import openai
 
-            client = openai.AsyncOpenAI(
-                base_url=self.model.api_base,
-                # A self-hosted server may want no key; the SDK insists on one.
-                api_key=self.model.api_key or os.environ.get("OPENAI_API_KEY") or "unused",
-                max_retries=0,
-            )
-            self._sdk[loop] = client
+            client = openai.AsyncOpenAI(base_url=api_base, api_key=key, max_retries=0)
+            of_loop[(api_base, key)] = client
         return client
 
 

@@ -39,6 +39,7 @@ from typing import Any
 from celery import Celery, signals
 from celery.exceptions import WorkerShutdown
 
+from tulip_memory import model_map
 from tulip_memory.config import database_url
 from tulip_memory.credentials import redact_url
 from tulip_memory.model_calls import import_litellm
@@ -123,22 +124,31 @@ def wait_for_database(queue_names: Iterable[str], retry_seconds: float = RETRY_S
     log.info("Postgres at %s answers", where)
 
 
+def _extracts(queue_names: Iterable[str]) -> bool:
+    return any(q.startswith(f"{EXTRACT_QUEUE_PREFIX}.") for q in queue_names)
+
+
 def needs_litellm(queue_names: Iterable[str]) -> bool:
     """Whether the worker of ``queue_names`` calls a model through litellm with the
     configured settings (an OpenAI-compatible extraction server is called through the
     OpenAI SDK: :mod:`tulip_memory.chat`)."""
     names = list(queue_names)
     s = runtime().settings
-    extracts = any(q.startswith(f"{EXTRACT_QUEUE_PREFIX}.") for q in names)
-    summarizes = SUMMARIZE_QUEUE in names
-    extraction = s.extractor
-    via_litellm = extraction is not None and not extraction.chat_model.direct
-    return (extracts and via_litellm) or (summarizes and bool(s.summary_model))
+    via_litellm = s.extractor is not None and not s.extractor.chat_model.direct
+    return (_extracts(names) and via_litellm) or (
+        SUMMARIZE_QUEUE in names and bool(s.summary_model)
+    )
 
 
 def load_model_client(queue_names: Iterable[str]) -> None:
-    """Import litellm now if the worker of ``queue_names`` will call a model with it."""
-    if not needs_litellm(queue_names):
+    """Before the worker of ``queue_names`` is ready: import litellm if it calls a
+    model with it, and read the extraction model's entry of litellm's model map if
+    that goes through the OpenAI SDK (its price and JSON-schema support)."""
+    names = list(queue_names)
+    extraction = runtime().settings.extractor
+    if _extracts(names) and extraction is not None and extraction.chat_model.direct:
+        model_map.model_entry(extraction.model)
+    if not needs_litellm(names):
         return
     started = time.monotonic()
     import_litellm()

@@ -82,3 +82,25 @@ def test_an_openai_compatible_server_is_called_without_importing_litellm() -> No
     memories, cost, schema, imported = json.loads(run.stdout.strip().splitlines()[-1])
     assert memories == 1 and cost > 0 and schema is True
     assert imported is False
+
+
+def test_sdk_clients_are_shared_within_a_loop_and_dropped_with_it() -> None:
+    """Every Chat of a loop (a summary builds one per call) shares the loop's client of
+    an API base and key; a closed loop's clients go at the next lookup."""
+    import asyncio
+
+    from tulip_memory import chat
+
+    async def clients() -> tuple[object, object, object, object]:
+        return (
+            asyncio.get_running_loop(),
+            chat.sdk_client("http://127.0.0.1:9/v1", "k"),
+            chat.sdk_client("http://127.0.0.1:9/v1", "k"),
+            chat.sdk_client("http://127.0.0.1:9/v1", "other"),
+        )
+
+    loop, first, again, other = asyncio.run(clients())
+    assert first is again and other is not first
+    _, later, _, _ = asyncio.run(clients())
+    assert later is not first
+    assert loop not in chat._clients
