@@ -60,7 +60,6 @@ class KeyOrder:
         self.slots = slots
         self._is_live = is_live or (lambda _task_id: True)
         self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
         #: Each waiting task's own condition on the same lock, and whether it runs alone.
         self._waiters: dict[str, tuple[threading.Condition, bool]] = {}
         self._fifos: dict[str, deque[str]] = {}
@@ -72,7 +71,7 @@ class KeyOrder:
 
     def admit(self, task_id: str, key: str) -> None:
         """Queue ``task_id`` behind the earlier tasks of ``key`` (delivery order)."""
-        with self._cond:
+        with self._lock:
             if task_id in self._key_of:
                 return
             self._key_of[task_id] = key
@@ -81,7 +80,7 @@ class KeyOrder:
 
     def forget(self, task_id: str) -> None:
         """``task_id`` will not run: let the tasks behind it go."""
-        with self._cond:
+        with self._lock:
             self._remove(task_id)
             self._wake()
 
@@ -89,7 +88,7 @@ class KeyOrder:
     def turn(self, task_id: str, key: str, *, exclusive: bool = False) -> Iterator[None]:
         """Wait for ``task_id``'s turn on its key and a free slot, then hold both;
         ``exclusive``: wait until nothing else runs, and let nothing start meanwhile."""
-        with self._cond:
+        with self._lock:
             self.admit(task_id, key)
             key = self._key_of[task_id]
             if not self._may_run(task_id, key, exclusive):
@@ -106,7 +105,7 @@ class KeyOrder:
         try:
             yield
         finally:
-            with self._cond:
+            with self._lock:
                 self._running -= 1
                 self._alone = False
                 self._remove(task_id)
@@ -114,7 +113,7 @@ class KeyOrder:
 
     def waiting(self) -> int:
         """Admitted tasks not finished (running ones included)."""
-        with self._cond:
+        with self._lock:
             return len(self._key_of)
 
     def _wake(self) -> None:

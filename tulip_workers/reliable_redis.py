@@ -128,7 +128,9 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         self._moved: tuple[str, bytes] | None = None  # (delivering key, raw item) read
         self._orphans: str | None = None  # (queue) a reply was lost: put its list back
         self._asked = False  # whether this channel has asked for a message yet
-        self._pooled: tuple[Any, Any] | None = None  # (pool, its client)
+
+    #: (pool, its client): kombu's own __init__ may ask for one before ours runs.
+    _pooled: tuple[Any, Any] | None = None
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         """One client per pool, not one per command: kombu builds one for each ack and
@@ -137,7 +139,7 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         worker's consumer thread); a pooled client is thread-safe."""
         if asynchronous:
             return super()._create_client(asynchronous=True)
-        pool, pooled = self.pool, getattr(self, "_pooled", None)
+        pool, pooled = self.pool, self._pooled
         if pooled is None or pooled[0] is not pool:
             pooled = self._pooled = (pool, super()._create_client())
         return pooled[1]

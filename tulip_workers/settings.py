@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 from tulip_memory import env as lib
 from tulip_memory.chat import CLIENTS, Client
@@ -168,12 +169,8 @@ def extractor_config(env: Env | None = None) -> LLMExtractorConfig | None:
         api_base=EXTRACT_API_BASE.read(e),
         api_key=EXTRACT_API_KEY.read(e),
         timeout=EXTRACT_TIMEOUT.read(e),
-        client=_client(EXTRACT_CLIENT.read(e)),
+        client=cast(Client, EXTRACT_CLIENT.read(e)),  # one_of(*CLIENTS) checked it
     )
-
-
-def _client(name: str) -> Client:
-    return "litellm" if name == "litellm" else "auto"
 
 
 def summary_budget(env: Env | None = None) -> SummaryBudget:
