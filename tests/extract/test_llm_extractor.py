@@ -197,6 +197,40 @@ async def test_a_client_error_is_not_retried(fake_openai: FakeOpenAI) -> None:
     assert failure.value.status == 400 and len(fake_openai.requests_to(CHAT)) == 1
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"choices": "not a list", "usage": {"prompt_tokens": "many", "completion_tokens": -1}},
+        {"choices": [{"message": {"content": ["not", "text"]}}], "usage": None},
+        {"unexpected": True},
+    ],
+    ids=["choices-not-a-list", "content-not-text", "no-completion"],
+)
+async def test_a_reply_that_is_no_completion_fails_the_extraction(
+    fake_openai: FakeOpenAI, body: dict[str, Any]
+) -> None:
+    """A server (or a gateway) answering 200 with a body that is no chat completion:
+    an ExtractionError after bounded attempts, never a crash, a memory or a token count
+    taken from garbage."""
+    fake_openai.script_chat(*[Reply(body=body) for _ in range(3)])
+    with pytest.raises(ExtractionError) as failure:
+        await LLMExtractor(config(fake_openai)).extract(TALK)
+    assert 1 <= failure.value.attempts <= 3
+    assert len(fake_openai.requests_to(CHAT)) == failure.value.attempts
+
+
+async def test_a_flood_of_garbage_text_is_no_memories(fake_openai: FakeOpenAI) -> None:
+    """A model answering 2 MB of bytes that are no JSON (control characters, odd
+    Unicode, a bracket every few characters): a bounded, reasoned failure (unbounded,
+    the prose search took minutes on the event loop), nothing stored from it."""
+    garbage = ('\x00\x1b[31m\ufffd\u202e{["' * 1000 + "}") * 200
+    fake_openai.script_chat(Reply(content=garbage))
+    with pytest.raises(ExtractionError) as failure:
+        await LLMExtractor(config(fake_openai, max_retries=0)).extract(TALK)
+    assert failure.value.attempts == 1
+    assert len(failure.value.reason) < 10_000
+
+
 async def test_the_transcript_is_trimmed_to_the_token_budget(fake_openai: FakeOpenAI) -> None:
     history = [
         Message(role=Role.USER, content=f"message number {i} " + "words " * 30) for i in range(40)

@@ -7,7 +7,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tulip_memory.extract.parse import normalize_key, parse_items, validate_item, validate_items
+from tulip_memory.extract.parse import (
+    MAX_EMBEDDED_ATTEMPTS,
+    MAX_OUTPUT_CHARS,
+    normalize_key,
+    parse_items,
+    validate_item,
+    validate_items,
+)
 from tulip_memory.extract.prompt import (
     OMITTED,
     build_prompt,
@@ -44,6 +51,23 @@ def test_unparseable_output_is_an_error_and_an_empty_list_is_not() -> None:
     assert parse_items('{"answer": 42}').error is not None
     assert parse_items("[]") == parse_items('{"memories": []}')
     assert parse_items("[]").error is None and parse_items("[]").items == ()
+
+
+def test_output_over_the_bound_is_an_error_unread() -> None:
+    item = json.dumps([{"type": "user", "key": "k", "content": "c"}])
+    parsed = parse_items(item + " " * MAX_OUTPUT_CHARS)
+    assert parsed.items == () and parsed.error is not None and "not read" in parsed.error
+    assert parse_items(item + " " * (MAX_OUTPUT_CHARS - len(item))).items != ()
+
+
+def test_prose_is_tried_at_its_first_brackets_only() -> None:
+    """Each failed start costs a scan of the text before it: a reply of brackets that
+    never decode is tried at a bounded number of them (then it is no answer)."""
+    item = json.dumps([{"type": "user", "key": "k", "content": "c"}])
+    near = "{x " * (MAX_EMBEDDED_ATTEMPTS - 1) + item
+    far = "{x " * MAX_EMBEDDED_ATTEMPTS + item
+    assert len(parse_items("said: " + near).items) == 1
+    assert parse_items("said: " + far).error is not None
 
 
 def test_items_are_validated_one_by_one() -> None:

@@ -20,6 +20,12 @@ from tulip_memory.manager.memory import Memory, MemoryType
 MAX_KEY_CHARS = 120
 MAX_CONTENT_CHARS = 2_000
 MAX_SOURCES = 32
+#: Model output longer than this is not read (a JSON list of memories is a few KB;
+#: a server spewing megabytes gets a reasoned failure, not minutes of parsing).
+MAX_OUTPUT_CHARS = 256 * 1024
+#: Brackets in prose tried as the start of the answer's JSON: each failed attempt
+#: costs a scan of the text before it, so unbounded it is quadratic in the output.
+MAX_EMBEDDED_ATTEMPTS = 1_000
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
 _KEY_JUNK = re.compile(r"[^a-z0-9_]+")
 _DECODER = json.JSONDecoder()
@@ -43,7 +49,12 @@ class ParsedItems:
 
 def parse_items(text: str) -> ParsedItems:
     """The list of memory items in ``text``: bare JSON, JSON in code fences, or the
-    first JSON list (or ``{"memories": [...]}`` object) inside surrounding prose."""
+    first JSON list (or ``{"memories": [...]}`` object) inside surrounding prose.
+    Output over :data:`MAX_OUTPUT_CHARS` is an error, unread."""
+    if len(text) > MAX_OUTPUT_CHARS:
+        return ParsedItems(
+            error=f"model output of {len(text):,} characters, over {MAX_OUTPUT_CHARS:,}: not read"
+        )
     candidates = [text.strip(), *(m.group(1).strip() for m in _FENCE.finditer(text))]
     for candidate in candidates:
         items = _items_of(_loads(candidate))
@@ -147,8 +158,11 @@ def _items_of(value: Any) -> list[Any] | None:
 
 
 def _embedded_json(text: str) -> Iterator[Any]:
-    """Each JSON list or object that starts somewhere in ``text`` and decodes."""
-    for match in re.finditer(r"[\[{]", text):
+    """Each JSON list or object that starts at one of the first
+    :data:`MAX_EMBEDDED_ATTEMPTS` brackets of ``text`` and decodes."""
+    for attempt, match in enumerate(re.finditer(r"[\[{]", text)):
+        if attempt >= MAX_EMBEDDED_ATTEMPTS:
+            return
         try:
             value, _ = _DECODER.raw_decode(text, match.start())
         except ValueError:
