@@ -54,6 +54,10 @@ whom why will with would yes you your yours
 """
 _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 _MAX_SENTENCE_CHARS = 240
+#: A model summary may run to this many characters a word asked for (a word is about
+#: six; models overshoot): longer is no summary (the next one's prompt and every
+#: compacted view would carry it).
+MODEL_CHARS_PER_WORD = 16
 
 SYSTEM_PROMPT = """\
 You keep a running summary of a conversation, so that an assistant can carry on after \
@@ -418,6 +422,13 @@ async def _model_summary(
         if not text:
             raise SummarizationError(
                 f"{model} answered with an empty summary", attempts=reply.usage.attempts
+            )
+        if len(text) > config.summary_words * MODEL_CHARS_PER_WORD:
+            raise SummarizationError(
+                f"{model} answered with a summary of {len(text):,} characters, over "
+                f"{config.summary_words * MODEL_CHARS_PER_WORD:,} for {config.summary_words} "
+                "words",
+                attempts=reply.usage.attempts,
             )
     return text
 

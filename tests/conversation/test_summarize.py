@@ -238,6 +238,16 @@ async def test_an_empty_answer_is_an_error(fake_openai: FakeOpenAI) -> None:
         await extend_summary(None, TRIP, model=MODEL, settings=settings(fake_openai))
 
 
+async def test_an_answer_far_longer_than_asked_is_an_error(fake_openai: FakeOpenAI) -> None:
+    """A model (or a server) spewing text is no summary: it would ride in every
+    compacted view and the next summary's prompt."""
+    fake_openai.script_chat(Reply(content="word " * 2_000))
+    with pytest.raises(SummarizationError, match="over 1,600 for 100 words"):
+        await extend_summary(
+            None, TRIP, model=MODEL, settings=settings(fake_openai, summary_words=100)
+        )
+
+
 async def test_long_new_turns_are_summarized_chunk_by_chunk(fake_openai: FakeOpenAI) -> None:
     fake_openai.script_chat(*[Reply(content=f"summary {i}") for i in range(1, 20)])
     turns = [user(f"Turn {i}: " + "words " * 60) for i in range(6)]
