@@ -4,7 +4,8 @@ LPUSH and Celery's own ``apply_async``.
 
 Starts its own Postgres + pgvector and Redis (embedded, in a temp dir) unless given
 ``--admin-dsn``/``--broker-url``, and a model stub that answers every extraction after
-``--latency`` L (default 1 s). Measures, in one run:
+``--latency`` L (default 1 s), over persistent connections as a provider's API serves
+them. Measures, in one run:
 
 1. one shard worker in the layout of ``tulip-memory worker extract --concurrency C``
    (``-P threads -c 4C``, C running): events/s against the ideal C / L, the peak number of
@@ -210,10 +211,10 @@ def run_layout(
         bench.model.reset()
         per_shard = max(1, 2 * concurrency if pool_kind == "threads" else 8)
         namespaces = balanced_namespaces(shards, per_shard, f"run-{name}")
-        sampler = RssSampler(pool.pids)
-        meter = CpuMeter(pool.pids, bench.servers)
-        started = time.perf_counter()
-        with bench.producer(shards) as producer:
+        with bench.producer(shards) as producer:  # connected before the clock starts
+            sampler = RssSampler(pool.pids)
+            meter = CpuMeter(pool.pids, bench.servers)
+            started = time.perf_counter()
             ids = [
                 producer.session_ended(namespaces[i % len(namespaces)], THREAD, SESSION)
                 for i in range(events)
@@ -401,7 +402,7 @@ def run(stack: contextlib.ExitStack, options: Options) -> Report:
         stack, options.admin_dsn, options.broker_url, prefix="tulip-bench-conc-"
     )
     with deferred_interrupts():
-        model = stack.enter_context(FakeOpenAI())
+        model = stack.enter_context(FakeOpenAI(keep_alive=True))
     client = redis.Redis.from_url(services.broker_url)
     stack.callback(client.close)
     probe = LedgerProbe(services.admin_dsn)

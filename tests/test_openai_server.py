@@ -290,3 +290,30 @@ def test_failing_default_chat_answers_500(fake_openai: FakeOpenAI) -> None:
 
     assert status == 500
     assert "no such thing" in body["error"]["message"]
+
+
+def test_keep_alive_serves_requests_on_one_connection_and_stops_with_it_open() -> None:
+    """``keep_alive=True``: HTTP/1.1, several requests over one connection (as a real
+    provider serves them), and stop() returns while the client still holds it idle."""
+    import http.client
+
+    fake = FakeOpenAI(keep_alive=True).start()
+    conn = http.client.HTTPConnection("127.0.0.1", fake.port, timeout=10)
+    try:
+        ends = set()
+        for _ in range(3):
+            conn.request("POST", "/v1/chat/completions", body=json.dumps(
+                {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            ), headers={"Content-Type": "application/json"})  # fmt: skip
+            response = conn.getresponse()
+            assert response.status == 200 and response.getheader("Connection") != "close"
+            json.loads(response.read())
+            ends.add(conn.sock.getsockname() if conn.sock is not None else None)
+        assert len(ends) == 1 and None not in ends  # one connection served all three
+        stopper = threading.Thread(target=fake.stop)
+        stopper.start()
+        stopper.join(10)
+        assert not stopper.is_alive() and not fake.running
+    finally:
+        conn.close()
+        fake.stop()

@@ -3,14 +3,18 @@
 Embeddings are deterministic (:class:`HashingEmbedder`); chat replies and failures
 (429, 5xx, delays, malformed bodies) are scripted per request, first in first out.
 Every request is recorded, and the number served at once is tracked so tests can
-assert concurrency bounds. Connections are closed after each response (HTTP/1.0)
-so :meth:`FakeOpenAI.stop` never waits on an idle keep-alive socket.
+assert concurrency bounds. By default connections are closed after each response
+(HTTP/1.0); ``keep_alive=True`` serves HTTP/1.1 persistent connections, as a real
+provider does (a benchmark's client then pays no TCP setup per call), and
+:meth:`FakeOpenAI.stop` shuts the idle ones down rather than wait on them.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import socket
 import threading
 import time
 from collections import deque
@@ -88,13 +92,17 @@ class _NotFound(Exception):
 class FakeOpenAI:
     """``/v1/embeddings`` and ``/v1/chat/completions`` on 127.0.0.1, on an ephemeral port."""
 
-    def __init__(self, *, embedding_dim: int = 64, embedding_delay: float = 0.0) -> None:
+    def __init__(
+        self, *, embedding_dim: int = 64, embedding_delay: float = 0.0, keep_alive: bool = False
+    ) -> None:
         """``embedding_delay``: seconds before each unscripted ``/v1/embeddings``
-        answer, whatever its size (a model server of fixed cost a request)."""
+        answer, whatever its size (a model server of fixed cost a request);
+        ``keep_alive``: persistent HTTP/1.1 connections instead of one per request."""
         if embedding_delay < 0:
             raise ValueError(f"embedding_delay must be >= 0, got {embedding_delay}")
         self.embedding_dim = embedding_dim
         self.embedding_delay = embedding_delay
+        self.keep_alive = keep_alive
         self.default_chat: Callable[[JSON], Reply] = echo_default_chat
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -113,7 +121,8 @@ class FakeOpenAI:
         if self._httpd is not None:
             raise RuntimeError("FakeOpenAI is already running")
         self._stopping.clear()
-        self._httpd = _Server(("127.0.0.1", 0), _Handler, self)
+        handler = _KeepAliveHandler if self.keep_alive else _Handler
+        self._httpd = _Server(("127.0.0.1", 0), handler, self)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
@@ -127,6 +136,7 @@ class FakeOpenAI:
             return
         self._stopping.set()
         self._httpd.shutdown()
+        self._httpd.hang_up()  # idle keep-alive connections: their handlers return
         self._httpd.server_close()  # joins the handler threads (block_on_close)
         self._thread.join()
         self._httpd = None
@@ -331,6 +341,25 @@ class _Server(ThreadingHTTPServer):
     ) -> None:
         super().__init__(address, handler)
         self.fake = fake
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._open_lock:
+                self._open.discard(request)
+
+    def hang_up(self) -> None:
+        """End every open connection's reads, so a handler waiting for a keep-alive
+        connection's next request returns."""
+        with self._open_lock:
+            for sock in self._open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -383,7 +412,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
-            self.send_header("Connection", "close")
+            if self.protocol_version == "HTTP/1.0":
+                self.send_header("Connection", "close")
             for name, value in headers.items():
                 self.send_header(name, value)
             self.end_headers()
@@ -393,3 +423,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the per-request stderr line."""
+
+
+class _KeepAliveHandler(_Handler):
+    """HTTP/1.1: a connection serves requests until the client closes it."""
+
+    protocol_version = "HTTP/1.1"
