@@ -9,7 +9,11 @@ Two clients speak to chat models:
   instead of ``max_tokens`` and no temperature, as here), but spends about 9 ms of CPU
   per call around it (its logging object, cost lookup and response rebuilding) where
   the SDK's own request costs about 3 ms: a worker with 32 calls in flight spent about
-  half its CPU there (``bench/concurrency.py``). The price and the JSON-schema support
+  half its CPU there (``bench/concurrency.py``). The SDK sends the request (its
+  auth, headers, timeouts and status errors); the reply is read here, as JSON, up to
+  :data:`MAX_REPLY_BYTES` (a broken or hostile server's body longer than that is a
+  reasoned failure, never held whole), without the SDK's typed request transform and
+  response models, about a fifth of its CPU a call. The price and the JSON-schema support
   come from litellm's own model map, read without importing litellm
   (:mod:`tulip_memory.model_map`): such a process never imports it (about 175 MB).
 - **litellm** for every other model: one model string for any provider, priced from
@@ -22,6 +26,7 @@ the cross-worker in-flight bound holds per attempt (:mod:`tulip_memory.model_cal
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import random
@@ -52,6 +57,18 @@ OPENAI_PREFIX = "openai/"
 _COMPLETION_TOKENS_FAMILIES = ("o1", "o3", "o4", "gpt-5")
 
 Prompt = Sequence[dict[str, str]]
+
+#: A chat completion body longer than this is not read: a reply of the longest model
+#: output extraction reads (256 Ki characters, :mod:`tulip_memory.extract.parse`), JSON
+#: escaped, fits it several times over.
+MAX_REPLY_BYTES = 8 * 1024 * 1024
+#: The OpenAI SDK's request header for a response it hands back unread (what its
+#: ``with_streaming_response`` sets): the body is then read here, bounded.
+_UNREAD = {"X-Stainless-Raw-Response": "stream"}
+
+
+class ReplyTooLarge(ValueError):
+    """A model server's reply body over :data:`MAX_REPLY_BYTES` (not retried)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,7 +227,7 @@ class Chat:
 
     async def _sdk_call(self, call: _Call) -> Reply:
         name = self.model.model.removeprefix(OPENAI_PREFIX)
-        body: dict[str, Any] = {"model": name, "messages": call.prompt, "timeout": call.seconds}
+        body: dict[str, Any] = {"model": name, "messages": call.prompt}
         if name.startswith(_COMPLETION_TOKENS_FAMILIES):
             body["max_completion_tokens"] = call.max_tokens
         else:
@@ -218,8 +235,7 @@ class Chat:
             body["temperature"] = call.temperature
         if call.response_format is not None:
             body["response_format"] = call.response_format
-        response = await self._client().chat.completions.create(**body)
-        reply = _reply_of(response, cost=None)
+        reply = _reply_of_json(await self._post(body, call.seconds))
         used = reply.usage
         cost = model_map.price(self.model.model, used.prompt_tokens, used.completion_tokens)
         return replace(reply, usage=replace(used, cost_usd=cost))
@@ -246,6 +262,22 @@ class Chat:
 
     def _client(self) -> Any:
         return sdk_client(self.model.api_base, self.model.api_key)
+
+    async def _post(self, body: dict[str, Any], seconds: float) -> Any:
+        """``POST /chat/completions`` through the SDK, its reply parsed from at most
+        :data:`MAX_REPLY_BYTES` of body."""
+        import httpx2  # the OpenAI SDK's HTTP client
+
+        response = await self._client().post(
+            "/chat/completions",
+            body=body,
+            cast_to=httpx2.Response,
+            options={"headers": _UNREAD, "timeout": seconds},
+        )
+        try:
+            return json.loads(await read_bounded(response, MAX_REPLY_BYTES))
+        finally:
+            await response.aclose()
 
 
 #: The OpenAI SDK's clients of each event loop (their connections belong to one loop),
@@ -287,6 +319,45 @@ def _reply_of(response: Any, *, cost: float | None) -> Reply:
         cost_usd=cost,
     )
     return Reply(_content_of(response), tokens)
+
+
+async def read_bounded(response: Any, limit: int) -> bytes:
+    """An unread HTTP response's body, or :class:`ReplyTooLarge` once it passes
+    ``limit`` bytes (by its ``Content-Length``, or as it arrives)."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ReplyTooLarge(f"reply body of {int(declared):,} bytes, over {limit:,}: not read")
+    chunks, size = [], 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise ReplyTooLarge(f"reply body over {limit:,} bytes: not read")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _reply_of_json(data: Any) -> Reply:
+    """A chat completion's content and tokens from its JSON (anything else: no content,
+    no tokens)."""
+    completion = data if isinstance(data, dict) else {}
+    usage = completion.get("usage")
+    used = usage if isinstance(usage, dict) else {}
+    tokens = Usage(
+        prompt_tokens=_int(used.get("prompt_tokens")),
+        completion_tokens=_int(used.get("completion_tokens")),
+        total_tokens=_int(used.get("total_tokens")),
+    )
+    content = None
+    choices = completion.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        message = choices[0].get("message")
+        if isinstance(message, dict):
+            content = message.get("content")
+    return Reply(content if isinstance(content, str) else "", tokens)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _count(usage: Any, name: str) -> int:

@@ -1,12 +1,29 @@
 """Which model client a process loads: litellm imported off the event loop, and not
-at all for an OpenAI-compatible server (:mod:`tulip_memory.chat`). Each case runs in a
-fresh interpreter, whose imports are its own."""
+at all for an OpenAI-compatible server (:mod:`tulip_memory.chat`); each of those cases
+runs in a fresh interpreter, whose imports are its own. And the bound on what the
+SDK path reads of a reply."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+
+import httpx2
+import pytest
+
+from tests.support.openai_server import FakeOpenAI, Reply
+from tulip_memory.chat import (
+    MAX_REPLY_BYTES,
+    Chat,
+    ChatModel,
+    ReplyTooLarge,
+    Retries,
+    read_bounded,
+)
+from tulip_memory.errors import ModelCallError
 
 _LOOP_DURING_IMPORT = """
 import asyncio, json, sys
@@ -104,3 +121,54 @@ def test_sdk_clients_are_shared_within_a_loop_and_dropped_with_it() -> None:
     _, later, _, _ = asyncio.run(clients())
     assert later is not first
     assert loop not in chat._clients
+
+
+def _sdk_chat(url: str, timeout: float = 30.0) -> tuple[Chat, Retries]:
+    chat = Chat(ChatModel(model="openai/test-model", api_base=url, api_key="test"))
+    retries = Retries(timeout=timeout, max_retries=2, backoff=0.01, max_backoff=0.05)
+    return chat, retries
+
+
+def test_a_reply_body_over_the_bound_is_a_reasoned_failure_unread() -> None:
+    """An OpenAI-compatible server answering 200 with a body over MAX_REPLY_BYTES: the
+    call fails at once (not retried) with a reason, and the worker never holds the
+    body whole; a reply just under the bound is read."""
+
+    async def call(fake: FakeOpenAI, content: str) -> str:
+        chat, retries = _sdk_chat(fake.url)
+        fake.script_chat(Reply(content=content))
+        reply = await chat.complete(
+            [{"role": "user", "content": "hi"}], temperature=0.0, max_tokens=10,
+            retries=retries, error=ModelCallError,
+        )  # fmt: skip
+        return reply.content
+
+    with FakeOpenAI(keep_alive=True) as fake:
+        assert asyncio.run(call(fake, "a" * (MAX_REPLY_BYTES - 4096))) == "a" * (
+            MAX_REPLY_BYTES - 4096
+        )
+        fake.reset()
+        with pytest.raises(ModelCallError) as failure:
+            asyncio.run(call(fake, "a" * (MAX_REPLY_BYTES + 1)))
+        assert "not read" in failure.value.reason and failure.value.attempts == 1
+        assert len(fake.requests) == 1
+
+
+def test_a_body_without_a_length_is_cut_at_the_bound() -> None:
+    """A body streamed without Content-Length (chunked, or until the server closes)
+    stops being read at the bound."""
+    sent = []
+
+    async def endless() -> AsyncIterator[bytes]:
+        while True:
+            sent.append(1)
+            yield b"x" * 65536
+
+    async def main() -> None:
+        response = httpx2.Response(200, content=endless())
+        with pytest.raises(ReplyTooLarge):
+            await read_bounded(response, 1_000_000)
+        await response.aclose()
+
+    asyncio.run(main())
+    assert 16 <= len(sent) <= 17  # 1,000,000 bytes and the chunk that passed them
