@@ -69,7 +69,7 @@ class CheckpointWorker(EventWorker):
             return None
         return SummaryTrigger(self.summary_budget, self.scheduler)
 
-    async def _apply(self, env: Envelope, attempt: int) -> str:
+    async def _apply(self, env: Envelope, attempt: int, ahead: object | None = None) -> str:
         payload = await self._payload(env)
         tenant, thread = payload["tenant"], payload["thread_id"]
         checkpoint_id = payload["checkpoint_id"]

@@ -41,6 +41,7 @@ from tulip_workers.deadletters import (
 )
 from tulip_workers.failures import is_unreachable
 from tulip_workers.outcomes import log_outcome
+from tulip_workers.overlap import beside
 from tulip_workers.retry import RetryPolicy, describe, is_permanent
 from tulip_workers.tally import KILLED, MALFORMED, UNHANDLED, DeadLetterTally, reason_class
 
@@ -208,9 +209,22 @@ class EventWorker(ABC):
                 event_id = forged_event_id(body)
             reason = f"{type(e).__name__}: {e.reason}"  # the class first, as describe()
             return await self._dead(body, event_id, reason, attempts=1, kind=MALFORMED)
-        if await self._done(env.id, tenant_of_letter(env)):
+        done, ahead = await beside(self._done(env.id, tenant_of_letter(env)), self._ahead(env))
+        if done:
             return Outcome(DUPLICATE, env.id, env.key)
-        return await self._attempts(body, env)
+        return await self._attempts(body, env, ahead)
+
+    async def _ahead(self, env: Envelope) -> object | None:
+        """What the first attempt reads, read beside the ledger check (``None``: it
+        reads for itself). Only reads, so a duplicate's are merely wasted; a failure
+        here is the attempt's to meet again, classified there, so it is dropped."""
+        try:
+            return await self._read_ahead(env)
+        except Exception:
+            return None
+
+    async def _read_ahead(self, env: Envelope) -> object | None:
+        return None
 
     def _own_event(self, body: object, task_id: str) -> Envelope | None:
         """``body`` decoded, if it is the (signed, when signing is on) event ``task_id``."""
@@ -222,14 +236,16 @@ class EventWorker(ABC):
             return None
         return env if env.id == task_id else None
 
-    async def _attempts(self, body: object, env: Envelope) -> Outcome:
+    async def _attempts(self, body: object, env: Envelope, ahead: object | None = None) -> Outcome:
         """Apply ``env``: an unreachable dependency is waited for without using up an
         attempt; any other failure uses one, and the last (or a permanent one) makes
-        the event a dead letter."""
+        the event a dead letter. ``ahead``: the first attempt's reads (later ones read
+        again)."""
         attempt = waits = 0
         while True:
+            reads, ahead = ahead, None
             try:
-                outcome = await self._apply(env, attempt + 1)
+                outcome = await self._apply(env, attempt + 1, reads)
                 return Outcome(outcome, env.id, env.key, attempt + 1)
             except Exception as e:
                 if is_unreachable(e):
@@ -483,6 +499,7 @@ class EventWorker(ABC):
             await asyncio.to_thread(self.tally.add, kind)
 
     @abstractmethod
-    async def _apply(self, env: Envelope, attempt: int) -> str:
+    async def _apply(self, env: Envelope, attempt: int, ahead: object | None = None) -> str:
         """Apply ``env`` (``APPLIED``), or ``DUPLICATE`` when the ledger already had it;
-        raise to retry (or :class:`EventError` for a permanent failure)."""
+        raise to retry (or :class:`EventError` for a permanent failure). ``ahead``:
+        what :meth:`_read_ahead` returned for this attempt, if anything."""

@@ -30,6 +30,7 @@ from tulip_workers.event_worker import (
     EventWorker,
 )
 from tulip_workers.extractors import Extractor
+from tulip_workers.overlap import beside
 from tulip_workers.turns import Clock, SessionTurns, session_turns, turn_context
 
 __all__ = ["APPLIED", "DEAD", "DUPLICATE", "SUPERSEDED", "ExtractionWorker"]
@@ -37,21 +38,38 @@ __all__ = ["APPLIED", "DEAD", "DUPLICATE", "SUPERSEDED", "ExtractionWorker"]
 TYPES = tuple(t.value for t in MemoryType)
 
 
+@dataclass(frozen=True)
+class _Read:
+    """What an attempt reads before its model call: the payload (fetched, when it is
+    claim-checked) and the namespace's memories the prompt shows."""
+
+    payload: dict[str, Any]
+    existing: list[Memory]
+
+
 @dataclass(kw_only=True)
 class ExtractionWorker(EventWorker):
     extractor: Extractor
     max_memories: int = 50
 
-    async def _apply(self, env: Envelope, attempt: int) -> str:
+    async def _read_ahead(self, env: Envelope) -> _Read:
         payload = await self._payload(env)
+        return _Read(payload, await self._existing(tuple(payload["namespace"])))
+
+    async def _apply(self, env: Envelope, attempt: int, ahead: object | None = None) -> str:
+        read = ahead if isinstance(ahead, _Read) else await self._read_ahead(env)
+        payload = read.payload
         ns, thread = tuple(payload["namespace"]), payload["thread_id"]
         metadata = payload.get("metadata", {})
         clock = Clock(stated_time(metadata), env.ts)
         messages = strip_memory_blocks(decode_messages(payload))
         said = stamped(messages, clock)
-        memories = await self.extractor(said, await self._existing(ns))
+        # The thread's open turn is read while the model runs: the prompt needs it not.
+        memories, session = await beside(
+            self.extractor(said, read.existing),
+            self._turns(env, ns, thread, messages, clock, metadata),
+        )
         items = [memory_item(ns, m, env, thread, said) for m in memories]
-        session = await self._turns(env, ns, thread, messages, clock, metadata)
         batch, turns = await self.store.prepare_event(
             items, TurnsIn(ns, thread, env.id, session.rows)
         )
