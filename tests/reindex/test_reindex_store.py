@@ -24,6 +24,7 @@ from tulip_memory.reindex.phases import PHASES
 from tulip_memory.reindex.reindexer import BUILD_MEMORY_MB, build_resources
 from tulip_memory.store import PgMemory
 from tulip_memory.store.fusion import HybridRanking
+from tulip_memory.store.postgres import plan
 from tulip_memory.store.postgres.store import TurnsIn
 from tulip_memory.store.postgres.writer import TurnRow
 
@@ -334,6 +335,32 @@ async def wait_for_waiter(table: Table, statement: str) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"nothing waits in {statement!r}")
+
+
+async def test_the_old_slots_index_stays_where_recall_reads_it(table: Table) -> None:
+    """A namespace big enough for the index path keeps the old slot's HNSW index over
+    its table for the whole job (its recall would scan every row without it); the
+    turns', whose namespaces are all small, goes for the job as ever."""
+    store = table.store()
+    await fill(store, ["acme"], 3)
+    big = ("acme", "big")
+    await store.put_batch(  # plan.INDEX_MIN_ROWS rows
+        [(big, f"b{i:05d}", {"text": f"note {i} on {i % 11}"}, None) for i in range(2_500)]
+    )
+    reindexer, sent = keeping(table, store)
+    job = await reindexer.start(NEW, batch=1_000)
+    assert await table.hnsw() == {"embedding"}
+    assert await table.hnsw("_turns") == set()
+    assert len(await store.search(big, "note 7 on 7")) == 10
+    assert store.plans[plan.INDEX] == 1
+    for batch in sent:
+        await reindexer.run_batch(*batch)
+    assert (await reindexer.job(job.id)).status == "switched"  # type: ignore[union-attr]
+    assert await table.hnsw() == {"embedding", job.slot}
+    assert await table.hnsw("_turns") == {job.slot}
+    await reindexer.finalize()
+    assert await table.hnsw() == {job.slot}
+    await store.close()
 
 
 def test_an_index_build_gets_the_memory_its_graph_needs() -> None:

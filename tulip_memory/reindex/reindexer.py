@@ -32,6 +32,7 @@ from tulip_memory.reindex.pacing import Pacer
 from tulip_memory.reindex.phases import PhaseObserver, phase
 from tulip_memory.reindex.ranges import KINDS, Range, cut
 from tulip_memory.store.postgres import PgMemory
+from tulip_memory.store.postgres.plan import INDEX_MIN_ROWS
 from tulip_memory.store.postgres.render import render
 from tulip_memory.store.postgres.slots import (
     ALL_TENANTS,
@@ -205,7 +206,8 @@ class Reindexer:
         if not scope:
             await (await self._admin()).close()
         embedder, dim = await self._probe(model, api_base)
-        job = await self._create(scope, model, embedder, dim, batch, api_base)
+        indexed = await self._indexed_tables(scope)
+        job = await self._create(scope, model, embedder, dim, batch, api_base, indexed)
         await self._advance(job)
         return await self._require(job.id)
 
@@ -233,9 +235,11 @@ class Reindexer:
         dim: int,
         batch: int,
         api_base: str | None,
+        indexed: frozenset[str],
     ) -> ReindexJob:
         """The job row, its slot's columns and registry row, and the layouts that make
-        every write fill the new slot: one transaction under the layout lock."""
+        every write fill the new slot: one transaction under the layout lock. The old
+        slot's index over a table of ``indexed`` (bare names) stays for the job."""
         async with self._layout_change() as conn:
             open_jobs = [ReindexJob.from_row(r) for r in await conn.fetch(self.q(sql.OPEN_JOBS))]
             _refuse_overlap(scope, open_jobs)
@@ -260,16 +264,39 @@ class Reindexer:
             others = {s for sc, s in reads.items() if sc != scope} if scope else set()
             for old in await self._read_slots(conn, scope):
                 # Every batch rewrites its rows (a wider row rarely stays on its page),
-                # so each old index would take every row again: for HNSW a graph
-                # insert per row, 80% of a job's time. The old slot's indexes over
-                # the memories and the turns go, unless another tenant's recall still
-                # reads the slot (its big scopes take the index path); rebuilt if the
-                # old slot stays read after all (a finalize abandoning the job).
+                # so each old index takes every row again: for HNSW a graph search per
+                # row (~1 ms of server CPU for 384 dimensions, 23x the batch's UPDATE
+                # without it). So the old slot's index over the memories or the turns
+                # goes for the job where recall never reads it: no namespace of the
+                # scope is big enough for the index path. It stays where one is (that
+                # namespace's recall would go linear for the job), or where another
+                # tenant's recall still reads the slot; rebuilt if the old slot stays
+                # read after all (a finalize abandoning the job).
                 if old in others:
                     continue
                 for table in (self.store.table_name, f"{self.store.table_name}_turns"):
-                    await conn.execute(self.q(sql.DROP_INDEX, i=self._index_of(old, table)))
+                    if table not in indexed:
+                        await conn.execute(self.q(sql.DROP_INDEX, i=self._index_of(old, table)))
         return await self._require(job_id)
+
+    async def _indexed_tables(self, scope: str) -> frozenset[str]:
+        """The tables (bare names: the memories, the turns) where recall of ``scope``
+        may take the index path, by the namespace counters: read as ``tulip_ops`` for
+        every tenant, pinned to the tenant for one."""
+        args = (self.q(sql.INDEXED_SCOPES), scope, INDEX_MIN_ROWS)
+        if scope:
+            async with self._pinned(scope) as conn:
+                row = await conn.fetchrow(*args)
+        else:
+            conn = await self._admin()
+            try:
+                row = await conn.fetchrow(*args)
+            finally:
+                await conn.close()
+        name = self.store.table_name
+        return frozenset(
+            t for t, big in ((name, row["memories"]), (f"{name}_turns", row["turns"])) if big
+        )
 
     async def _reads(self, conn: Any, scope: str) -> dict[str, str]:
         """The slot recall reads, by layout row of ``scope`` (every row for every

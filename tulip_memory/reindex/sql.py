@@ -104,6 +104,16 @@ WHERE i.indexrelid = to_regclass($1)"""
 
 DROP_INDEX = "DROP INDEX IF EXISTS {i}"
 
+# Whether recall of a scope (``$1``, ``''``: every tenant) may read a slot's HNSW index:
+# it holds a namespace of at least ``$2`` rows (the recall plan's least for the index
+# path), among the memories and among the turns. Read where every counter of the
+# scope shows: as ``tulip_ops``, or pinned to the tenant.
+INDEXED_SCOPES = """
+SELECT EXISTS (SELECT 1 FROM {t}_ns_stats WHERE ($1 = '' OR tenant = $1) AND rows >= $2)
+           AS memories,
+       EXISTS (SELECT 1 FROM {t}_turns_ns_stats WHERE ($1 = '' OR tenant = $1) AND rows >= $2)
+           AS turns"""
+
 SLOT_MODEL = "SELECT model FROM {t}_slots WHERE slot = $1"
 
 SLOT_DIMS = "SELECT slot, dim FROM {t}_slots"
