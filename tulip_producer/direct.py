@@ -11,14 +11,18 @@ it (its body plain JSON rather than base64), becomes a :class:`MessageTemplate`,
 the template becomes part of the task's own script (``tulip_wire/lua/publish_direct.lua``
 after a prelude holding the template's text: Redis keeps it in its script cache, so
 Celery's ~1 KB of headers and properties are not sent per publish). A publish sends only
-the event's own fields (task id, queue, delivery tag, the envelope's one encoding,
-:class:`~tulip_wire.events.Encoded`) and the script numbers the event, marks it
-published and pushes the message, the number written where the markers stood, onto the
-shard queue, as kombu's Redis transport would; a checkpoint save's pending entry
-(:mod:`tulip_wire.pending`) is appended by the same script, so the one round trip also
-keeps the pending list in the order of the sequence numbers. A small pending entry's
-body (a patch's JSON, also in the envelope) is sent once: the script escapes it into
-the message itself. When the layout record
+the event's own fields (task id, delivery tag, the envelope's one encoding,
+:class:`~tulip_wire.events.Encoded`; the queue is the script's key) and the script
+numbers the event, marks it published and pushes the message, the number written where
+the markers stood, onto the shard queue, as kombu's Redis transport would; a checkpoint
+save's pending entry (:mod:`tulip_wire.pending`) is appended by the same script, so the
+one round trip also keeps the pending list in the order of the sequence numbers. A small
+envelope is sent as it is and the script escapes it into the message (in the message it
+is a string inside a string: each quote would cost 7 bytes escaped here, not 1), and a
+small pending entry's body (a patch's JSON, also in the envelope) is sent once. The
+delivery tag is 16 random URL-safe characters (96 bits), not kombu's 36-character uuid:
+it crosses the wire four times per event (the publish, the worker's unacked write and
+its ack's two commands). When the layout record
 (:mod:`tulip_wire.shardlayout`) names another shard count, the script does nothing and
 the general path takes over. A template whose rendering of a sample event differs from
 what ``send_task`` stores for it (another serializer, compression, a publish signal
@@ -33,6 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import secrets
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -55,9 +60,11 @@ from tulip_wire.topology import SEQ_KEY_PREFIX
 _SCRIPT = lua(tulip_wire.__file__, "publish_direct.lua")
 #: The fields of one event in a message; ``env`` is the envelope, ``seq`` its number.
 _MARKED = ("id", "queue", "tag", "env", "seq")
-#: The holes a publish fills in, in the order it sends them (the number, ``seq``, is
-#: the script's); the envelope is two holes, ``head`` and ``tail``, around its number.
+#: The holes a publish fills in, in the order it sends them (the number, ``seq``, and
+#: the queue, its key, are the script's); the envelope is two holes, ``head`` and
+#: ``tail``, around its number.
 _HOLES = ("id", "queue", "tag", "head", "tail")
+_SENT = ("id", "tag", "head", "tail")
 #: The fields of a message that are the sending process's, where they are: sent per
 #: publish (after the holes') rather than written into the script.
 _PROCESS = {"origin": ("headers", "origin"), "reply_to": ("properties", "reply_to")}
@@ -72,6 +79,9 @@ _SAMPLE_SEQ = 9_007_199_254_740_991
 #: its body into the message. A longer one (a whole state) is escaped here, faster
 #: than the script would (blocking Redis) and sent twice.
 SHARED_BODY_MAX = 4096
+#: An envelope up to this long is sent as it is and escaped by the script; a longer one
+#: (a whole state) is escaped here, as the long pending entries are.
+RAW_ENVELOPE_MAX = 8192
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -151,7 +161,7 @@ class MessageTemplate:
                     process[name] = json.dumps(value)[1:-1]
                     marked[part][key] = m[name] = token + name
             template = cls(_chunks(kombu_dumps(marked), m), process)
-            sample = {"id": _SAMPLE_ID, "queue": f"{token}.0", "tag": str(uuid.uuid4())}
+            sample = {"id": _SAMPLE_ID, "queue": f"{token}.0", "tag": delivery_tag()}
             text = f"{_SAMPLE_HEAD}{_SAMPLE_SEQ}{_SAMPLE_TAIL}"
             expected = send(**sample, text=text, seq=str(_SAMPLE_SEQ))
             seq = str(_SAMPLE_SEQ)
@@ -167,18 +177,21 @@ class MessageTemplate:
         return template
 
     def values(
-        self, *, id: str, queue: str, tag: str, head: str, tail: str, rest: str = ""
+        self, *, id: str, tag: str, head: str, tail: str, rest: str = "", escape: bool = True
     ) -> list[str]:
-        """The holes' values for one event whose envelope is ``head``, its number,
-        ``tail`` (and, when the script inserts its pending entry's body after ``tail``,
-        ``rest``), in :data:`_HOLES` order and then ``rest``: the envelope escaped as it
-        reads in the message (the number is the script's)."""
-        return [id, queue, tag, _in_body(head), _in_body(tail), _in_body(rest)]
+        """The holes' values a publish sends for one event whose envelope is ``head``,
+        its number, ``tail`` (and, when the script inserts its pending entry's body
+        after ``tail``, ``rest``), in :data:`_SENT` order and then ``rest``: the
+        envelope escaped as it reads in the message (``escape``), else as it is, for
+        the script to escape (the number and the queue are the script's)."""
+        envelope = [head, tail, rest]
+        return [id, tag, *(map(_in_body, envelope) if escape else envelope)]
 
     def render(self, *, id: str, queue: str, tag: str, head: str, tail: str, seq: str) -> str:
         """The message of one event numbered ``seq``, as the script fills it in."""
-        values = self.values(id=id, queue=queue, tag=tag, head=head, tail=tail)[:-1]
-        filled = {**dict(zip(_HOLES, values, strict=True)), "seq": seq, **self.process}
+        values = self.values(id=id, tag=tag, head=head, tail=tail)[:-1]
+        sent = dict(zip(_SENT, values, strict=True))
+        filled = {**sent, "queue": queue, "seq": seq, **self.process}
         return "".join(c if i % 2 == 0 else filled[c] for i, c in enumerate(self._chunks))
 
     def lua(self) -> str:
@@ -242,12 +255,14 @@ class DirectPublisher:
             if at >= 0:
                 tail, rest = wire.tail[:at], wire.tail[at + len(pending.entry) - start :]
                 shared = start + 1
+        raw = len(wire.head) + len(wire.tail) <= RAW_ENVELOPE_MAX
         values = self._templates[task].values(
-            id=env.id, queue=queue, tag=str(uuid.uuid4()), head=wire.head, tail=tail, rest=rest
+            id=env.id, tag=delivery_tag(), head=wire.head, tail=tail, rest=rest, escape=not raw
         )
         keys = [SEQ_KEY_PREFIX + env.key, PUBLISHED_KEY_PREFIX + env.id]
         keys += [layout_key(router.prefix), queue]
         args: list[str | int] = [env.key, self._ttl_ms, str(router.shards), *values, shared]
+        args.append(int(raw))
         args += [self._templates[task].process.get(name, "") for name in _PROCESS]
         if pending is not None:
             keys.append(pending.key)
@@ -280,6 +295,11 @@ class _Capture:
         stored: dict[str, Any] = message._raw
         stored["properties"]["delivery_tag"] = tag
         return stored
+
+
+def delivery_tag() -> str:
+    """A message's delivery tag: 16 random URL-safe characters (96 bits)."""
+    return secrets.token_urlsafe(12)
 
 
 def _chunks(text: str, marks: Mapping[str, str]) -> list[str]:

@@ -12,6 +12,7 @@ import uuid
 from _collections_abc import dict_items
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +23,9 @@ from celery.signals import before_task_publish
 from tests.producer.conftest import SHARDS, MakeProducer
 from tulip_memory.messages import Message, Role
 from tulip_memory.state import AgentState
+from tulip_ops.dev.embedded import EmbeddedRedis
 from tulip_producer import ProducerSettings
-from tulip_producer.direct import DirectPublisher
+from tulip_producer.direct import RAW_ENVELOPE_MAX, DirectPublisher
 from tulip_producer.producer import celery_app
 from tulip_wire import events
 from tulip_wire.celeryconfig import kombu_queue
@@ -222,3 +224,59 @@ def test_every_producer_runs_the_same_scripts(broker_url: str, make_producer: Ma
     assert {t: s.sha for t, s in scripts[0].items()} == {t: s.sha for t, s in scripts[1].items()}
     origins = [p._publisher._direct._templates[EXTRACT_TASK].process for p in (one, two)]  # type: ignore[union-attr]
     assert all(o.get("origin") for o in origins)
+
+
+def net_in(client: redis.Redis) -> int:
+    return int(client.info("stats")["total_net_input_bytes"])
+
+
+def test_a_small_envelope_is_sent_as_it_is_and_escaped_by_the_script(
+    tmp_path: Path, make_producer: MakeProducer
+) -> None:
+    """A quote in a thread's id costs a delta save's publish its JSON escape (one byte
+    more) at each of the envelope's two mentions of the thread, not the seven more of
+    an escape escaped again for the message; the message is the same. A whole state
+    over ``RAW_ENVELOPE_MAX`` is escaped by the producer, and decodes the same too."""
+    server = EmbeddedRedis(tmp_path / "redis").start()
+    client = redis.Redis.from_url(server.url)
+    try:
+        producer = make_producer(server.url, checkpoint_shards=1)
+        queue = ShardRouter(CHECKPOINT_QUEUE_PREFIX, 1).queues()[0]
+        big = Message(role=Role.USER, content='q" \\ ü 🌷 \x01 ' * (RAW_ENVELOPE_MAX // 8))
+        states = [AgentState(messages=[big]), AgentState(messages=[big, *SAID], iterations=2)]
+
+        def delta_bytes(thread: str) -> int:
+            producer.checkpoint_saved(thread, states[0], tenant="acme")
+            before = net_in(client)
+            producer.checkpoint_saved(thread, states[1], tenant="acme")
+            return net_in(client) - before
+
+        plain, quoted = delta_bytes("t" + "a" * 100), delta_bytes("t" + '"' * 100)
+        assert quoted - plain <= 2 * 100 + 8  # a few digits of lengths may differ
+        odd = 'a "thread" \\ ü 🌷 \x01'
+        delta_bytes(odd)
+        messages = [json.loads(m) for m in reversed(client.lrange(queue, 0, -1))]
+        sent = [decode(json.loads(m["body"])[0][0]) for m in messages[-2:]]
+        assert [e.key for e in sent] == [thread_key("acme", odd)] * 2
+        assert [(e.payload or {})["thread_id"] for e in sent] == [odd, odd]
+        assert AgentState.from_checkpoint((sent[0].payload or {})["state"]) == states[0]
+        assert "delta" in (sent[1].payload or {})
+        loaded = PendingStates(client).entries("acme", odd)
+        ids = [(e.payload or {})["checkpoint_id"] for e in sent]
+        assert [e.checkpoint_id for e in loaded] == ids
+    finally:
+        client.close()
+        server.stop()
+
+
+def test_delivery_tags_are_short_and_distinct(
+    broker_url: str, client: redis.Redis, make_producer: MakeProducer
+) -> None:
+    """A tag crosses the wire with the publish, the worker's unacked write and its ack:
+    16 random characters (96 bits), one per message."""
+    producer = make_producer(broker_url)
+    for _ in range(50):
+        producer.session_ended(NS, "t", SAID)
+    tags = [json.loads(m)["properties"]["delivery_tag"] for m in client.lrange(QUEUE, 0, -1)]
+    assert len(tags) >= 50 and len(set(tags)) == len(tags)
+    assert {len(t) for t in tags} == {16}

@@ -5,14 +5,16 @@
 --       [3] the role's shard layout record, [4] the shard queue (a kombu list).
 --       [5] (a checkpoint save) the thread's pending list (tulip_wire.pending).
 -- ARGV: [1] the ordering key (the marker's value), [2] the marker's TTL in ms,
---       [3] the shard count the queue was chosen by, [4..8] the holes' values: the
---       event id, the queue, the delivery tag, the envelope before and after its
---       number (escaped as they read in the message), [9] the rest of the envelope,
---       [10] 0, or where the pending entry's body starts (a byte offset, from 1):
---       the envelope is then [7], the number, [8], that body, [9] (the body, a small
---       patch's JSON, is sent once and escaped here), [11] and [12] the sending
---       process's origin and reply_to (so the script is the same for every process);
---       with KEYS[5], [13] the pending entry and [14] the pending list's TTL in ms.
+--       [3] the shard count the queue was chosen by, [4..7] the holes' values: the
+--       event id, the delivery tag, the envelope before and after its number (the
+--       queue hole is KEYS[4]), [8] the rest of the envelope, [9] 0, or where the
+--       pending entry's body starts (a byte offset, from 1): the envelope is then [6],
+--       the number, [7], that body, [8] (the body, a small patch's JSON, is sent once
+--       and escaped here), [10] 1 when [6..8] are the envelope's text as it is (a
+--       small one: escaped here), 0 when they are escaped as they read in the message,
+--       [11] and [12] the sending process's origin and reply_to (so the script is the
+--       same for every process); with KEYS[5], [13] the pending entry and [14] the
+--       pending list's TTL in ms.
 -- Returns {seq, false}, or {-1, record} when the layout record names another count
 -- (or a drain): nothing was done, the caller takes the general path.
 local layout = redis.call('GET', KEYS[3])
@@ -31,12 +33,19 @@ end
 -- pass; JSON text holds no control character that a JSON string must escape
 local escapes = {['"'] = '\\\\\\"', ['\\'] = '\\\\\\\\'}
 
-local tail = ARGV[8]
-local shared = tonumber(ARGV[10])
-if shared > 0 then
-  tail = tail .. string.gsub(string.sub(ARGV[13], shared), '["\\]', escapes) .. ARGV[9]
+local function in_body(text)
+  return (string.gsub(text, '["\\]', escapes))
 end
-local holes = {id = ARGV[4], queue = ARGV[5], tag = ARGV[6], head = ARGV[7], tail = tail,
+local function sent(text)
+  return ARGV[10] == '1' and in_body(text) or text
+end
+
+local head, tail = sent(ARGV[6]), sent(ARGV[7])
+local shared = tonumber(ARGV[9])
+if shared > 0 then
+  tail = tail .. in_body(string.sub(ARGV[13], shared)) .. sent(ARGV[8])
+end
+local holes = {id = ARGV[4], queue = KEYS[4], tag = ARGV[5], head = head, tail = tail,
                seq = string.format('%d', seq), origin = ARGV[11], reply_to = ARGV[12]}
 local message = {}
 for i = 1, #TEMPLATE do
