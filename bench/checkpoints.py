@@ -30,7 +30,12 @@ Usage::
     python -m bench.checkpoints --langgraph ...  # adds LangGraph's PostgresSaver
 
 Storage: ``--storage s3`` (default) starts a moto S3 server in a subprocess unless
-``--endpoint-url`` points at one (MinIO, AWS); ``--storage file`` or ``memory``.
+``--endpoint-url`` points at one (MinIO, AWS); ``--storage file`` or ``memory``. With
+gunicorn in the bench environment moto is served by it, keeping connections alive as
+S3 and MinIO do (moto's own server opens one per request: :func:`moto_command`)::
+
+    python -m venv /tmp/lgvenv && /tmp/lgvenv/bin/pip install -e '.[embedded,dev]' \
+        langgraph-checkpoint-postgres 'psycopg[binary]' gunicorn
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import contextlib
 import functools
 import glob
 import importlib
+import importlib.util
 import json
 import os
 import random
@@ -75,6 +81,7 @@ from tulip_memory.messages import Message, Role, ToolCall
 from tulip_memory.state import AgentState
 
 T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[1]
 # fmt: off
 WORDS = [
     "refund", "order", "shipping", "invoice", "account", "password", "reset", "eligible",
@@ -661,17 +668,39 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def moto_command(port: int) -> tuple[list[str], str]:
+    """The command serving moto on ``port``, and what it is.
+
+    moto's own server (werkzeug's) closes every connection after one request, so each
+    request pays a TCP connect and a server thread (~2 ms a request here), which no
+    client of S3 or MinIO pays: both keep connections alive, as ``PostgresSaver`` keeps
+    its connection. When gunicorn is installed in the bench environment, moto's app is
+    served by its threaded worker, which keeps them alive; otherwise (or with
+    ``BENCH_MOTO_SERVER=moto``) moto's own server is used, and the run says so."""
+    host = ["-b", f"127.0.0.1:{port}", "--log-level", "warning"]
+    wanted = os.environ.get("BENCH_MOTO_SERVER", "gunicorn")
+    if wanted != "moto" and importlib.util.find_spec("gunicorn") is not None:
+        options = ["-k", "gthread", "--threads", "16", "-w", "1", "--keep-alive", "75"]
+        command = [sys.executable, "-m", "gunicorn", *options, *host, "bench._moto_app:app"]
+        return command, "moto under gunicorn gthread (connections kept alive, as S3 keeps them)"
+    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    return command, "moto.server (a new connection per request: install gunicorn to keep them)"
+
+
 @contextmanager
 def moto_server() -> Iterator[str]:
-    """A moto S3 server in a subprocess (its own GIL), stopped on exit."""
+    """A moto S3 server in a subprocess (its own GIL), stopped on exit (see
+    :func:`moto_command`; what it runs is printed)."""
     import boto3
 
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command, what = moto_command(port)
+    print(f"S3: {what}", flush=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):

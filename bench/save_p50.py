@@ -11,7 +11,9 @@
 - **langgraph** (with ``langgraph-checkpoint-postgres`` installed in the bench
   environment): ``PostgresSaver.put`` on an embedded Postgres.
 
-Usage: ``python -m bench.save_p50 --dataset '../shared/data/locomo10/41.json'``
+Usage: ``python -m bench.save_p50 --dataset '../shared/data/locomo10/41.json'`` (the S3
+server: :func:`bench.checkpoints.moto_command`, which keeps connections alive when the
+bench environment has gunicorn)
 """
 
 from __future__ import annotations
