@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import zlib
 from datetime import timedelta
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 
 from tests.delta.conftest import grow
 from tulip_memory.delta import InMemoryObjectStorage
+from tulip_memory.delta.codec import KIND_HEAD, decode_frame_of
 from tulip_memory.delta.layout import (
     Policy,
     append,
@@ -18,7 +20,14 @@ from tulip_memory.delta.layout import (
     plan_flush,
     read_plan,
 )
-from tulip_memory.delta.manifest import Entry, Manifest, decode_log
+from tulip_memory.delta.manifest import (
+    Entry,
+    HeadState,
+    Manifest,
+    decode_head_manifest,
+    decode_log,
+    encode_head_onto,
+)
 
 
 def bound(depth: int, n: int) -> int:
@@ -105,3 +114,28 @@ async def test_epochs_restart_when_older_than_max_epoch_age() -> None:
     assert [e.start for e in head.manifest.epochs] == [0, 3]  # at 0h, then at 30h (>= 24h later)
     for i, state in enumerate(grow(6)):
         assert await log.load(f"c{i}") == state.to_checkpoint()
+
+
+def test_a_head_built_on_the_last_ones_manifest_reads_back_the_same() -> None:
+    """A save's manifest section is built on the head written before it (the ids it
+    compressed are not compressed again): grown by one id or by several, shrunk (a
+    delete), its last id replaced, or built on another thread's, every head reads back
+    its own manifest; the ids come first, readers take the keys in any order."""
+    state = HeadState((b"",), segmented=False)
+
+    def manifest(ids: list[str]) -> Manifest:
+        return Manifest(next_seq=len(ids), checkpoints=tuple(enumerate(ids)), head_digest="d")
+
+    ids = [f"{i:032x}" for i in range(300)]
+    steps = [ids[:n] for n in range(301)] + [[*ids, "a", "b", "c"]]
+    steps += [[*ids[:10], *ids[11:]], [*ids[:-1], "replaced"], ["another", "thread"]]
+    encoder = None
+    for step in steps:
+        m = manifest(step)
+        head, encoder = encode_head_onto(m, state, 6, encoder)
+        assert encoder is not None and encoder.checkpoints == m.checkpoints
+        assert decode_head_manifest("k", head)[0] == m
+        section = zlib.decompress(decode_frame_of("k", head, (KIND_HEAD,))[1][0])
+        assert section.startswith(b'{"ids":[')
+    stored, none = encode_head_onto(m, state, 0, encoder)  # level 0: as it is, no encoder
+    assert none is None and decode_head_manifest("k", stored)[0] == m

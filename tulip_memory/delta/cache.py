@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Generic, Self, TypeVar
 
 from tulip_memory.delta.known import Known
-from tulip_memory.delta.manifest import Manifest
+from tulip_memory.delta.manifest import Manifest, ManifestEncoder
 from tulip_memory.delta.segments import Latest
 
 #: Defaults: 64 threads, 16 MiB of canonical JSON.
@@ -107,6 +107,9 @@ class Cached:
     tag: str | None = None
     #: The messages that state was saved from (:mod:`~tulip_memory.delta.known`).
     known: Known | None = None
+    #: The head's manifest section so far, for the next save's to build on (its ids
+    #: compressed, ~20 bytes each, and a ~40 KB compressor state: not in the weight).
+    encoder: ManifestEncoder | None = None
 
 
 class Scoped:
@@ -179,8 +182,10 @@ class LatestCache(Scoped):
         manifest: Manifest | None = None,
         tag: str | None = None,
         known: Known | None = None,
+        encoder: ManifestEncoder | None = None,
     ) -> None:
-        self._shared.put(self._scope + thread_id, Cached(latest, state, manifest, tag, known))
+        entry = Cached(latest, state, manifest, tag, known, encoder)
+        self._shared.put(self._scope + thread_id, entry)
 
     def drop(self, thread_id: str) -> None:
         self._shared.pop(self._scope + thread_id)

@@ -105,13 +105,6 @@ def compress(raw: bytes, level: int) -> bytes:
     return zlib.compress(raw, level)
 
 
-def compress_runs(raw: bytes) -> bytes:
-    """zlib with runs and Huffman codes only (``Z_RLE``): for bytes with few repeats
-    (random ids), as small as level 1 and faster; :func:`zlib.decompress` reads it."""
-    packer = zlib.compressobj(1, zlib.DEFLATED, zlib.MAX_WBITS, 8, zlib.Z_RLE)
-    return packer.compress(raw) + packer.flush()
-
-
 def encode_frame(kind: bytes, sections: Sequence[bytes]) -> bytes:
     """A frame of already-compressed ``sections``."""
     body = b"".join(_LENGTH.pack(len(s)) + s for s in sections)

@@ -43,12 +43,13 @@ from tulip_memory.delta.manifest import (
     Entry,
     HeadState,
     Manifest,
+    ManifestEncoder,
     ObjectRef,
     decode_head_manifest,
     decode_head_state,
     decode_log_sized,
     decode_state,
-    encode_head,
+    encode_head_onto,
 )
 from tulip_memory.delta.models import CheckpointMetadata, DeltaCheckpoint
 from tulip_memory.delta.segments import Latest, encode
@@ -315,10 +316,13 @@ class ThreadLog:
         latest = step.manifest.latest
         new_epoch = latest is not None and step.manifest.epochs[-1].start == latest[0]
         sections = HeadState(tuple(new.latest.sections(level)))
-        tag = await self._commit(step, sections, manifest, write_name=new_epoch)
+        encoder = written.encoder if written is not None else None
+        tag, encoder = await self._commit(
+            step, sections, manifest, write_name=new_epoch, encoder=encoder
+        )
         if self.cache is not None and latest is not None:
             after = _known_after(state, known, counts, new.latest)
-            self.cache.put(self.thread_id, latest, new.latest, step.manifest, tag, after)
+            self.cache.put(self.thread_id, latest, new.latest, step.manifest, tag, after, encoder)
 
     async def append_onto_written(
         self,
@@ -369,15 +373,20 @@ class ThreadLog:
         new_epoch = latest is not None and step.manifest.epochs[-1].start == latest[0]
         sections = HeadState(tuple(new.latest.sections(level)))
         try:
-            tag = await self._commit(
-                step, sections, manifest, write_name=new_epoch, if_match=written.tag
+            tag, encoder = await self._commit(
+                step,
+                sections,
+                manifest,
+                write_name=new_epoch,
+                if_match=written.tag,
+                encoder=written.encoder,
             )
         except HeadChanged:
             self.cache.drop(self.thread_id)
             return False
         if latest is not None:
             after = _known_after(state, written.known, counts, new.latest)
-            self.cache.put(self.thread_id, latest, new.latest, step.manifest, tag, after)
+            self.cache.put(self.thread_id, latest, new.latest, step.manifest, tag, after, encoder)
         return True
 
     async def _append_step(
@@ -417,9 +426,11 @@ class ThreadLog:
         *,
         write_name: bool,
         if_match: str | None = None,
-    ) -> str | None:
+        encoder: ManifestEncoder | None = None,
+    ) -> tuple[str | None, ManifestEncoder | None]:
         """Objects, then the head, then deletes of what is retired; returns the head's
-        version tag (None when the storage has none).
+        version tag (None when the storage has none) and its manifest's encoder (built
+        on ``encoder``, the one of the head written before, where it can be).
 
         ``write_name`` (re)writes a hashed thread's name object; saves do it at each
         epoch start, so under age-based lifecycle rules it never expires while the
@@ -433,7 +444,7 @@ class ThreadLog:
         if writes:
             await self.storage.write_objects(writes)
         level = self.policy.compression_level
-        head = encode_head(step.manifest, state, level)
+        head, encoder = encode_head_onto(step.manifest, state, level, encoder)
         tag = await self.storage.write_head(self.keys.head, head, if_match)
         retired = {*step.retired, *(previous.garbage if previous else ())}
         stale = [self.keys.log(n) for n in sorted(retired)]
@@ -443,7 +454,7 @@ class ThreadLog:
                 await self.storage.delete_objects(stale)
             except DeltaStorageError as e:  # committed already; the next save retries
                 log.warning("thread %r: could not delete retired objects: %s", self.thread_id, e)
-        return tag
+        return tag, encoder
 
     # -- deleting and copying ----------------------------------------------------------
 
