@@ -39,8 +39,10 @@ states = st.dictionaries(st.text(max_size=3), value, max_size=4)
 def assert_same_as_canonical(data: dict[str, Any], latest: seg.Latest) -> None:
     canonical = encode_state(data)
     assert latest.raw == canonical.raw and latest.digest == canonical.digest
+    assert latest.size == len(canonical.raw)  # digest and size without joining the bytes
     assert dumps(latest.data) == canonical.raw
-    assert dumps(seg.decode("k", latest.sections(6)).data) == canonical.raw
+    decoded = seg.decode("k", latest.sections(6))
+    assert dumps(decoded.data) == canonical.raw and decoded.digest == canonical.digest
     assert dumps(seg.decode_data("k", latest.sections(6))) == canonical.raw
 
 

@@ -55,6 +55,14 @@ def digest(raw: bytes) -> str:
     return hashlib.blake2b(raw, digest_size=8).hexdigest()
 
 
+def digest_of(pieces: Sequence[bytes]) -> str:
+    """:func:`digest` of the bytes ``pieces`` join to, without joining them."""
+    h = hashlib.blake2b(digest_size=8)
+    for piece in pieces:
+        h.update(piece)
+    return h.hexdigest()
+
+
 def encode_state(data: dict[str, Any]) -> EncodedState:
     """The canonical form of ``data``, refusing what would not load back equal.
 

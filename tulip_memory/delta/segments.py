@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from tulip_memory.delta.codec import compress, digest, dumps, first_problem, loads
+from tulip_memory.delta.codec import compress, digest_of, dumps, first_problem, loads
 from tulip_memory.delta.diff import Patch, apply, diff
 from tulip_memory.delta.errors import CorruptCheckpointError, StateNotSerializableError
 from tulip_memory.delta.known import starts_with
@@ -150,9 +150,7 @@ def encode(
         lists[key], piece = appended
         if piece is not None:
             pieces[key] = piece
-    latest = Latest(values, fields, lists, "", 0)
-    raw = latest.raw
-    latest = Latest(values, fields, lists, digest(raw), len(raw))
+    latest = Latest(values, fields, lists, *_digest(fields, lists))
     patch = _patch(base, latest, pieces) if grown and base is not None else None
     return Encoded(latest, patch)
 
@@ -289,9 +287,24 @@ def _patch(base: Latest, new: Latest, pieces: dict[str, Patch]) -> Patch | None:
 
 
 def _assemble(fields: dict[str, bytes], lists: dict[str, ListField]) -> bytes:
+    return b"".join(_pieces(fields, lists))
+
+
+def _pieces(fields: dict[str, bytes], lists: dict[str, ListField]) -> list[bytes]:
+    """The canonical bytes of a state, in pieces: ``{``, each field's key and value in
+    key order, ``}``."""
     parts = {**fields, **{k: f.raw for k, f in lists.items()}}
-    body = b",".join(dumps(k) + b":" + parts[k] for k in sorted(parts))
-    return b"{" + body + b"}"
+    out = [b"{"]
+    for i, k in enumerate(sorted(parts)):
+        out += [b"," + dumps(k) + b":" if i else dumps(k) + b":", parts[k]]
+    out.append(b"}")
+    return out
+
+
+def _digest(fields: dict[str, bytes], lists: dict[str, ListField]) -> tuple[str, int]:
+    """The digest and size of the state's canonical bytes, without joining them."""
+    pieces = _pieces(fields, lists)
+    return digest_of(pieces), sum(map(len, pieces))
 
 
 def decode(key: str, sections: Sequence[bytes]) -> Latest:
@@ -302,8 +315,7 @@ def decode(key: str, sections: Sequence[bytes]) -> Latest:
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptCheckpointError(key, f"malformed state segments: {e}") from e
     fields = {k: dumps(v) for k, v in values.items()}
-    raw = _assemble(fields, lists)
-    return Latest(values, fields, lists, digest(raw), len(raw))
+    return Latest(values, fields, lists, *_digest(fields, lists))
 
 
 def _directory(key: str, sections: Sequence[bytes]) -> tuple[list[Any], dict[str, Any]]:
