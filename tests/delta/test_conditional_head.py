@@ -9,8 +9,10 @@ import pytest
 
 from tests.delta.conftest import make_bucket
 from tulip_memory.delta import DeltaCheckpointer, S3DeltaStorage
+from tulip_memory.delta.objects import ObjectStoreDeltaStorage
 from tulip_memory.delta.tenants import tenant_checkpointer
 from tulip_memory.messages import Message, Role
+from tulip_memory.objects import MemoryObjectStore
 from tulip_memory.state import AgentState
 from tulip_wire.statedelta import snapshot
 
@@ -110,3 +112,21 @@ async def test_a_save_onto_the_written_head_reads_nothing_and_refuses_any_other_
     assert not await cp.save_onto_written(thread[3], "t", "c5", base="c3", digest=digest)
     assert await cp.list_checkpoints("t") == ["c4", "c3", second, first]
     assert await cp.load("t", "c3") == thread[2]
+
+
+async def test_a_head_another_writer_changed_is_decoded_afresh() -> None:
+    """A checkpointer reuses the manifest of the head it wrote only while the stored
+    head is those very bytes: once another writer deleted a checkpoint and saved
+    more, its loads and listings follow the new head."""
+    store = MemoryObjectStore()
+    a, b = (DeltaCheckpointer(ObjectStoreDeltaStorage(store)) for _ in range(2))
+    thread = states(14)
+    ids = [await a.save(st, "t") for st in thread[:8]]
+    assert await a.load("t", ids[3]) == thread[3]  # its own head: its own manifest
+    assert await b.delete("t", ids[3])
+    more = [await b.save(st, "t") for st in thread[8:]]
+    assert await a.load("t", ids[3]) is None
+    assert await a.load("t", ids[4]) == thread[4] and await a.load("t", more[-1]) == thread[-1]
+    assert await a.list_checkpoints("t", 20) == [*reversed([*ids[:3], *ids[4:], *more])]
+    newest = await a.save(thread[-1], "t", "again")  # and saves onto the new head
+    assert await b.load("t", newest) == thread[-1] and await b.load("t", more[0]) == thread[8]

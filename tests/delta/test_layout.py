@@ -132,10 +132,10 @@ def test_a_head_built_on_the_last_ones_manifest_reads_back_the_same() -> None:
     encoder = None
     for step in steps:
         m = manifest(step)
-        head, encoder = encode_head_onto(m, state, 6, encoder)
+        head, encoder, _ = encode_head_onto(m, state, 6, encoder)
         assert encoder is not None and encoder.checkpoints == m.checkpoints
         assert decode_head_manifest("k", head)[0] == m
         section = zlib.decompress(decode_frame_of("k", head, (KIND_HEAD,))[1][0])
         assert section.startswith(b'{"ids":[')
-    stored, none = encode_head_onto(m, state, 0, encoder)  # level 0: as it is, no encoder
+    stored, none, _ = encode_head_onto(m, state, 0, encoder)  # level 0: as it is, no encoder
     assert none is None and decode_head_manifest("k", stored)[0] == m

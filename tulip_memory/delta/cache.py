@@ -13,6 +13,7 @@ messages after them (:mod:`~tulip_memory.delta.known`).
 
 from __future__ import annotations
 
+import builtins
 import copy
 import threading
 from collections import OrderedDict
@@ -110,6 +111,16 @@ class Cached:
     #: The head's manifest section so far, for the next save's to build on (its ids
     #: compressed, ~20 bytes each, and a ~40 KB compressor state: not in the weight).
     encoder: ManifestEncoder | None = None
+    #: The compressed manifest section of that head (~20 bytes per checkpoint: not in
+    #: the weight), so a load that reads the same head does not decode it again.
+    section: bytes | None = None
+
+    @property
+    def known_manifest(self) -> tuple[bytes, Manifest] | None:
+        """The manifest section of the head written with this state, and its manifest."""
+        if self.section is None or self.manifest is None:
+            return None
+        return self.section, self.manifest
 
 
 class Scoped:
@@ -183,9 +194,14 @@ class LatestCache(Scoped):
         tag: str | None = None,
         known: Known | None = None,
         encoder: ManifestEncoder | None = None,
+        section: builtins.bytes | None = None,  # the property below shadows bytes
     ) -> None:
-        entry = Cached(latest, state, manifest, tag, known, encoder)
+        entry = Cached(latest, state, manifest, tag, known, encoder, section)
         self._shared.put(self._scope + thread_id, entry)
+
+    def peek(self, thread_id: str) -> Cached | None:
+        """The entry of ``thread_id``, whichever checkpoint it holds (not made recent)."""
+        return self._shared.peek(self._scope + thread_id)
 
     def drop(self, thread_id: str) -> None:
         self._shared.pop(self._scope + thread_id)

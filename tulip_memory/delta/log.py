@@ -120,12 +120,19 @@ class ThreadLog:
     async def _head_bytes(self) -> bytes | None:
         return (await self.storage.read_objects([self.keys.head])).get(self.keys.head)
 
+    def _decode_head(self, data: bytes) -> tuple[Manifest, HeadState]:
+        """A head's manifest (the cached one when the head is the one this process
+        wrote last: no decode) and its still-compressed state."""
+        entry = self.cache.peek(self.thread_id) if self.cache is not None else None
+        known = entry.known_manifest if entry is not None else None
+        return decode_head_manifest(self.keys.head, data, known)
+
     async def head(self) -> Head | None:
         """The decoded head, None for a thread with no checkpoints."""
         data = await self._head_bytes()
         if data is None:
             return None
-        manifest, state = decode_head_manifest(self.keys.head, data)
+        manifest, state = self._decode_head(data)
         return Head(manifest, state, len(data))
 
     async def load(self, checkpoint_id: str | None = None) -> dict[str, Any] | None:
@@ -137,7 +144,7 @@ class ThreadLog:
                 return None
             if checkpoint_id is None:
                 return decode_head_state(self.keys.head, data)
-            manifest, state = decode_head_manifest(self.keys.head, data)
+            manifest, state = self._decode_head(data)
             seq = manifest.seq_of(checkpoint_id)
             if seq is None:
                 return None
@@ -317,12 +324,14 @@ class ThreadLog:
         new_epoch = latest is not None and step.manifest.epochs[-1].start == latest[0]
         sections = HeadState(tuple(new.latest.sections(level)))
         encoder = written.encoder if written is not None else None
-        tag, encoder = await self._commit(
+        tag, encoder, section = await self._commit(
             step, sections, manifest, write_name=new_epoch, encoder=encoder
         )
         if self.cache is not None and latest is not None:
             after = _known_after(state, known, counts, new.latest)
-            self.cache.put(self.thread_id, latest, new.latest, step.manifest, tag, after, encoder)
+            self.cache.put(
+                self.thread_id, latest, new.latest, step.manifest, tag, after, encoder, section
+            )
 
     async def append_onto_written(
         self,
@@ -373,7 +382,7 @@ class ThreadLog:
         new_epoch = latest is not None and step.manifest.epochs[-1].start == latest[0]
         sections = HeadState(tuple(new.latest.sections(level)))
         try:
-            tag, encoder = await self._commit(
+            tag, encoder, section = await self._commit(
                 step,
                 sections,
                 manifest,
@@ -386,7 +395,9 @@ class ThreadLog:
             return False
         if latest is not None:
             after = _known_after(state, written.known, counts, new.latest)
-            self.cache.put(self.thread_id, latest, new.latest, step.manifest, tag, after, encoder)
+            self.cache.put(
+                self.thread_id, latest, new.latest, step.manifest, tag, after, encoder, section
+            )
         return True
 
     async def _append_step(
@@ -427,10 +438,10 @@ class ThreadLog:
         write_name: bool,
         if_match: str | None = None,
         encoder: ManifestEncoder | None = None,
-    ) -> tuple[str | None, ManifestEncoder | None]:
+    ) -> tuple[str | None, ManifestEncoder | None, bytes]:
         """Objects, then the head, then deletes of what is retired; returns the head's
-        version tag (None when the storage has none) and its manifest's encoder (built
-        on ``encoder``, the one of the head written before, where it can be).
+        version tag (None when the storage has none), its manifest's encoder (built on
+        ``encoder``, the one of the head written before, where it can be) and section.
 
         ``write_name`` (re)writes a hashed thread's name object; saves do it at each
         epoch start, so under age-based lifecycle rules it never expires while the
@@ -444,7 +455,7 @@ class ThreadLog:
         if writes:
             await self.storage.write_objects(writes)
         level = self.policy.compression_level
-        head, encoder = encode_head_onto(step.manifest, state, level, encoder)
+        head, encoder, section = encode_head_onto(step.manifest, state, level, encoder)
         tag = await self.storage.write_head(self.keys.head, head, if_match)
         retired = {*step.retired, *(previous.garbage if previous else ())}
         stale = [self.keys.log(n) for n in sorted(retired)]
@@ -454,7 +465,7 @@ class ThreadLog:
                 await self.storage.delete_objects(stale)
             except DeltaStorageError as e:  # committed already; the next save retries
                 log.warning("thread %r: could not delete retired objects: %s", self.thread_id, e)
-        return tag, encoder
+        return tag, encoder, section
 
     # -- deleting and copying ----------------------------------------------------------
 

@@ -308,22 +308,28 @@ def encode_head(manifest: Manifest, state: HeadState, level: int) -> bytes:
 
 def encode_head_onto(
     manifest: Manifest, state: HeadState, level: int, encoder: ManifestEncoder | None
-) -> tuple[bytes, ManifestEncoder | None]:
-    """A head object and the encoder of its manifest for the next save's: its section
-    is built on ``encoder`` where that took a prefix of its ids (else afresh); level 0
-    stores the manifest as it is (no encoder). Any of them reads back the same."""
+) -> tuple[bytes, ManifestEncoder | None, bytes]:
+    """A head object, the encoder of its manifest for the next save's and the manifest's
+    section: built on ``encoder`` where that took a prefix of its ids (else afresh);
+    level 0 stores the manifest as it is (no encoder). Any of them reads back the same."""
     kind = KIND_SEGMENTED_HEAD if state.segmented else KIND_HEAD
     if level == 0:
         section, encoder = compress(dumps(manifest.to_json()), 0), None
     else:
         encoder = (encoder or ManifestEncoder.start()).covering(manifest.checkpoints)
         section = encoder.section(manifest)
-    return encode_frame(kind, [section, *state.sections]), encoder
+    return encode_frame(kind, [section, *state.sections]), encoder, section
 
 
-def decode_head_manifest(key: str, data: bytes) -> tuple[Manifest, HeadState]:
-    """The manifest of a head object and its still-compressed state."""
+def decode_head_manifest(
+    key: str, data: bytes, known: tuple[bytes, Manifest] | None = None
+) -> tuple[Manifest, HeadState]:
+    """The manifest of a head object and its still-compressed state; ``known``, a
+    manifest section and its manifest (the head a checkpointer wrote last): that
+    manifest, not decoded again, when the head's section is those very bytes."""
     manifest_section, state = _head_sections(key, data)
+    if known is not None and known[0] == manifest_section:
+        return known[1], state
     try:
         manifest = Manifest.from_json(decompress_json(key, manifest_section))
     except (KeyError, TypeError, ValueError) as e:
