@@ -44,13 +44,19 @@ def storage(bucket: str, s3_endpoint: str, **options: Any) -> CountedS3:
 
 
 async def test_a_run_of_saves_reads_the_head_once(bucket: str, s3_endpoint: str) -> None:
+    """...and no history object: merges find their inputs, and old loads every object,
+    in the history cache, which keeps what the checkpointer wrote."""
     s = storage(bucket, s3_endpoint)
     cp = tenant_checkpointer(DeltaCheckpointer(s), "acme")  # through the tenant view too
     thread = states(40)
     ids = [await cp.save(st, "t") for st in thread]
-    assert s.gets <= 1 + 40 // 6 * 2  # the first save's GET, and merges' inputs only
+    assert s.gets == 1  # the first save's GET (no head yet)
     for cid, st in zip(ids, thread, strict=True):
         assert await cp.load("t", cid) == st
+    assert s.gets == 1 + len(ids)  # the head, once per load
+    cold = storage(bucket, s3_endpoint)
+    assert await tenant_checkpointer(DeltaCheckpointer(cold), "acme").load("t", ids[7]) == thread[7]
+    assert cold.gets > 1  # a checkpointer that wrote nothing reads the objects
     off = storage(bucket, s3_endpoint, conditional_writes=False)
     plain = DeltaCheckpointer(off)
     for st in thread[:10]:

@@ -43,6 +43,10 @@ async def test_a_bad_history_object_fails_only_the_loads_that_need_it(
     victim = m.epochs[0].objects[-1]  # a level-1 object in the middle of the history
     key = storage.thread(THREAD).keys.log(victim.name)
     await damage(storage, key, how)
+    # The writer keeps what it wrote decoded (its history cache): it needs no object
+    # back. Another checkpointer (another process, or this one restarted) reads them.
+    assert await cp.load(THREAD, ids[victim.first]) == states[victim.first]
+    cp = DeltaCheckpointer(storage, max_chain_depth=2)
     for seq, (cid, state) in enumerate(zip(ids, states, strict=True)):
         if seq < victim.first or cid == ids[-1]:
             assert await cp.load(THREAD, cid) == state
@@ -64,6 +68,7 @@ async def test_a_bad_merge_input_makes_the_save_a_snapshot(storage: DeltaStorage
     victim = m.epochs[0].objects[-1]  # the 9th save merges it into a level-2 object
     assert victim.level == 1
     await damage(storage, storage.thread(THREAD).keys.log(victim.name), how)
+    cp = DeltaCheckpointer(storage, max_chain_depth=2)  # one that must read the inputs
     ids += [await cp.save(s, THREAD) for s in states[8:]]
     meta = await cp.get_metadata(THREAD, ids[8])
     assert meta is not None and meta.is_full

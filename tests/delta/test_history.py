@@ -11,10 +11,16 @@ from tulip_memory.delta.manifest import Entry
 
 
 async def test_an_old_checkpoint_loaded_again_reads_only_the_head(storage: DeltaStorage) -> None:
+    """...and one the checkpointer wrote, the first time too: it kept what it wrote."""
     counted = CountingStorage(storage)
-    cp = DeltaCheckpointer(counted)
+    writer = DeltaCheckpointer(counted)
     states = grow(80)
-    ids = [await cp.save(s, "t") for s in states]
+    ids = [await writer.save(s, "t") for s in states]
+    for n in (70, 3, 41, 69):
+        counted.reset()
+        assert await writer.load("t", ids[n]) == states[n]
+        assert (counted.read_trips, counted.gets) == (1, 1)
+    cp = DeltaCheckpointer(counted)  # another process's, which wrote nothing
     counted.reset()
     assert await cp.load("t", ids[70]) == states[70]
     assert counted.read_trips == 2 and counted.gets > 2  # the head, then its objects

@@ -40,9 +40,9 @@ class DeltaCheckpointer:
     (keyword-only) bounds the latest states kept so a save appends to them (default:
     64 threads, 16 MiB of JSON; ``LatestCache(0, 0)`` keeps none, see
     :mod:`tulip_memory.delta.cache`); ``history_cache`` (keyword-only) the history
-    objects kept decoded once read, so loading an old checkpoint again reads only the
-    head (default 8 MiB of JSON; ``HistoryCache(0)`` keeps none, see
-    :mod:`tulip_memory.delta.history`).
+    objects kept decoded once read or written, so loading an old checkpoint again reads
+    only the head, and neither do merges (default 8 MiB of JSON; ``HistoryCache(0)``
+    keeps none, see :mod:`tulip_memory.delta.history`).
 
     A storage implementing only the seed's record contract (``store`` / ``retrieve``
     / ``list_checkpoints`` / ``delete``, as :class:`InMemoryDeltaStorage` does) gets the

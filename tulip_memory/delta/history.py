@@ -1,5 +1,6 @@
-"""History objects a checkpointer has read, kept decoded, so that loading an old
-checkpoint again reads only the head.
+"""History objects a checkpointer has read or written, kept decoded, so that loading an
+old checkpoint again reads only the head, and a merge does not read back the objects it
+merges (its inputs are the objects the same writer wrote shortly before).
 
 History objects are immutable: a name (level, range and a random nonce, see
 :func:`~tulip_memory.delta.layout.object_name`) is written once and never rewritten

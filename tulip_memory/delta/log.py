@@ -457,6 +457,7 @@ class ThreadLog:
         level = self.policy.compression_level
         head, encoder, section = encode_head_onto(step.manifest, state, level, encoder)
         tag = await self.storage.write_head(self.keys.head, head, if_match)
+        self._remember({self.keys.log(name): data for name, data in step.writes.items()})
         retired = {*step.retired, *(previous.garbage if previous else ())}
         stale = [self.keys.log(n) for n in sorted(retired)]
         self._forget(stale)
@@ -587,6 +588,19 @@ class ThreadLog:
         if self.history is not None:
             self.history.forget_prefix(self.keys.log_prefix)
         return existed or bool(history)
+
+    def _remember(self, objects: dict[str, bytes]) -> None:
+        """History objects just committed, decoded from their bytes into the history
+        cache: a merge soon reads them back (its inputs) and old loads read them."""
+        if self.history is None:
+            return
+        for key, data in objects.items():
+            try:
+                entries, weight = decode_log_sized(key, data)
+            except CorruptCheckpointError as e:  # committed already: only not cached
+                log.warning("thread %r: %s", self.thread_id, e)
+                continue
+            self.history.put(key, len(data), entries, weight)
 
     def _forget(self, keys: Sequence[str]) -> None:
         """Retired objects out of the history cache (a merge's inputs: never read again)."""
