@@ -217,8 +217,9 @@ class DirectPublisher:
     ) -> None:
         self._ttl_ms = int(status_ttl * 1000)
         self._templates = dict(templates)
+        prelude = f"local SEQ_PREFIX = {_lua_string(SEQ_KEY_PREFIX)}\n"
         self._scripts = {
-            task: client.register_script(template.lua() + _SCRIPT)
+            task: client.register_script(template.lua() + prelude + _SCRIPT)
             for task, template in self._templates.items()
         }
 
@@ -261,7 +262,8 @@ class DirectPublisher:
         )
         keys = [SEQ_KEY_PREFIX + env.key, PUBLISHED_KEY_PREFIX + env.id]
         keys += [layout_key(router.prefix), queue]
-        args: list[str | int] = [env.key, self._ttl_ms, str(router.shards), *values, shared]
+        # the ordering key (the published marker's value) is the script's: KEYS[1]'s end
+        args: list[str | int] = [self._ttl_ms, str(router.shards), *values, shared]
         args.append(int(raw))
         args += [self._templates[task].process.get(name, "") for name in _PROCESS]
         if pending is not None:

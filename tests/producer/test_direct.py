@@ -103,7 +103,7 @@ def test_the_direct_message_is_send_tasks_but_for_the_events_own_fields(
     assert one["headers"]["task"] == EXTRACT_TASK and one["headers"]["id"] == first
     assert one["headers"]["argsrepr"] == f"[<session.ended {first} seq=1>]"
     assert one["properties"]["delivery_tag"] != two["properties"]["delivery_tag"]
-    assert client.get(f"tulip:published:{first}") is not None
+    assert client.get(f"tulip:published:{first}") == namespace_key(NS).encode()
 
 
 def test_another_layout_or_a_signing_key_takes_the_general_path(
@@ -235,7 +235,8 @@ def test_a_small_envelope_is_sent_as_it_is_and_escaped_by_the_script(
 ) -> None:
     """A quote in a thread's id costs a delta save's publish its JSON escape (one byte
     more) at each of the envelope's two mentions of the thread, not the seven more of
-    an escape escaped again for the message; the message is the same. A whole state
+    an escape escaped again for the message; the message is the same. The thread id
+    itself is sent in the two keys and the envelope only. A whole state
     over ``RAW_ENVELOPE_MAX`` is escaped by the producer, and decodes the same too."""
     server = EmbeddedRedis(tmp_path / "redis").start()
     client = redis.Redis.from_url(server.url)
@@ -253,6 +254,8 @@ def test_a_small_envelope_is_sent_as_it_is_and_escaped_by_the_script(
 
         plain, quoted = delta_bytes("t" + "a" * 100), delta_bytes("t" + '"' * 100)
         assert quoted - plain <= 2 * 100 + 8  # a few digits of lengths may differ
+        longer = delta_bytes("t" + "a" * 200)  # in two keys and twice in the envelope
+        assert longer - plain <= 4 * 100 + 8  # (the marker's value is the script's)
         odd = 'a "thread" \\ ü 🌷 \x01'
         delta_bytes(odd)
         messages = [json.loads(m) for m in reversed(client.lrange(queue, 0, -1))]

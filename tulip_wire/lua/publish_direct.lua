@@ -1,31 +1,32 @@
 -- One event onto its shard queue in one round trip (tulip_producer.direct).
 -- The script is this text after a prelude defining TEMPLATE, the task's message as
--- literal text and hole names, alternately; a publish sends only the holes' values.
--- KEYS: [1] the key's sequence counter, [2] the event's published marker,
+-- literal text and hole names, alternately (a publish sends only the holes' values),
+-- and SEQ_PREFIX, the prefix of the sequence counters' keys.
+-- KEYS: [1] the key's sequence counter (SEQ_PREFIX and the ordering key, the
+--       marker's value), [2] the event's published marker,
 --       [3] the role's shard layout record, [4] the shard queue (a kombu list).
 --       [5] (a checkpoint save) the thread's pending list (tulip_wire.pending).
--- ARGV: [1] the ordering key (the marker's value), [2] the marker's TTL in ms,
---       [3] the shard count the queue was chosen by, [4..7] the holes' values: the
---       event id, the delivery tag, the envelope before and after its number (the
---       queue hole is KEYS[4]), [8] the rest of the envelope, [9] 0, or where the
---       pending entry's body starts (a byte offset, from 1): the envelope is then [6],
---       the number, [7], that body, [8] (the body, a small patch's JSON, is sent once
---       and escaped here), [10] 1 when [6..8] are the envelope's text as it is (a
---       small one: escaped here), 0 when they are escaped as they read in the message,
---       [11] and [12] the sending process's origin and reply_to (so the script is the
---       same for every process); with KEYS[5], [13] the pending entry and [14] the
---       pending list's TTL in ms.
+-- ARGV: [1] the marker's TTL in ms, [2] the shard count the queue was chosen by,
+--       [3..6] the holes' values: the event id, the delivery tag, the envelope before
+--       and after its number (the queue hole is KEYS[4]), [7] the rest of the
+--       envelope, [8] 0, or where the pending entry's body starts (a byte offset, from
+--       1): the envelope is then [5], the number, [6], that body, [7] (the body, a
+--       small patch's JSON, is sent once and escaped here), [9] 1 when [5..7] are the
+--       envelope's text as it is (a small one: escaped here), 0 when they are escaped
+--       as they read in the message, [10] and [11] the sending process's origin and
+--       reply_to (so the script is the same for every process); with KEYS[5], [12] the
+--       pending entry and [13] the pending list's TTL in ms.
 -- Returns {seq, false}, or {-1, record} when the layout record names another count
 -- (or a drain): nothing was done, the caller takes the general path.
 local layout = redis.call('GET', KEYS[3])
-if layout and layout ~= ARGV[3] then
+if layout and layout ~= ARGV[2] then
   return {-1, layout}
 end
 local seq = redis.call('INCR', KEYS[1])
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], string.sub(KEYS[1], #SEQ_PREFIX + 1), 'PX', ARGV[1])
 if KEYS[5] then
-  redis.call('RPUSH', KEYS[5], ARGV[13])
-  redis.call('PEXPIRE', KEYS[5], ARGV[14])
+  redis.call('RPUSH', KEYS[5], ARGV[12])
+  redis.call('PEXPIRE', KEYS[5], ARGV[13])
 end
 
 -- JSON text as it reads in the message: a string in the task's args, which are a
@@ -37,16 +38,16 @@ local function in_body(text)
   return (string.gsub(text, '["\\]', escapes))
 end
 local function sent(text)
-  return ARGV[10] == '1' and in_body(text) or text
+  return ARGV[9] == '1' and in_body(text) or text
 end
 
-local head, tail = sent(ARGV[6]), sent(ARGV[7])
-local shared = tonumber(ARGV[9])
+local head, tail = sent(ARGV[5]), sent(ARGV[6])
+local shared = tonumber(ARGV[8])
 if shared > 0 then
-  tail = tail .. in_body(string.sub(ARGV[13], shared)) .. sent(ARGV[8])
+  tail = tail .. in_body(string.sub(ARGV[12], shared)) .. sent(ARGV[7])
 end
-local holes = {id = ARGV[4], queue = KEYS[4], tag = ARGV[5], head = head, tail = tail,
-               seq = string.format('%d', seq), origin = ARGV[11], reply_to = ARGV[12]}
+local holes = {id = ARGV[3], queue = KEYS[4], tag = ARGV[4], head = head, tail = tail,
+               seq = string.format('%d', seq), origin = ARGV[10], reply_to = ARGV[11]}
 local message = {}
 for i = 1, #TEMPLATE do
   message[i] = (i % 2 == 1) and TEMPLATE[i] or holes[TEMPLATE[i]]
