@@ -56,7 +56,7 @@ async def test_every_table_is_its_tenants_or_holds_no_tenant(postgres: Postgres)
             seen["global"].append(table)
     # What the migrations make today: the memories, their turns and counters, the
     # reindex's layouts, jobs and ranges, the ledger and the dead letters.
-    scoped = {"", "_turns", "_ns_stats", "_turns_ns_stats", "_lex", "_turns_lex", "_layout"}
+    scoped = {"", "_turns", "_ns_stats", "_turns_ns_stats", "_post", "_turns_post", "_layout"}
     scoped |= {"_reindex_jobs"}
     scoped |= {"_reindex_ranges", "tulip_event_ledger", "tulip_dead_letters"}
     assert sorted(seen["scoped"]) == sorted(scoped)

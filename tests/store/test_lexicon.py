@@ -1,7 +1,8 @@
-"""The narrow lexical tables (``<table>_lex``, ``<table>_turns_lex``) the index path
-ranks bm25 on: after every kind of write they hold exactly the keys and ``tsv`` of the
-rows with a lexeme (inserts, upserts, deletes, prunes, cleared namespaces, turns and
-their replacement), and under forced row-level security a tenant sees only its own."""
+"""The postings tables (``<table>_post``, ``<table>_turns_post``) the index path ranks
+bm25 on: after every kind of write they hold exactly one row per lexeme of each row of
+the wide table, with its positions' count and the row's distinct lexemes (inserts,
+upserts, deletes, prunes, cleared namespaces, turns and their replacement), and under
+forced row-level security a tenant sees only its own."""
 
 from __future__ import annotations
 
@@ -11,24 +12,29 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from tests.store.test_pg_hybrid import write_turns
+from tests.store.test_pg_hybrid import old_table, write_turns
 from tests.support.pg import app_store
+from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.store import PgMemory
 from tulip_memory.store.postgres.store import TurnsIn
 from tulip_memory.store.postgres.writer import TurnRow
 
-# Each side: the wide table's rows with a lexeme, and the narrow copy, of one tenant.
+# Each side: the postings the wide table's rows make, and the postings table, of one
+# tenant; the row's keys first (``_KEYS`` columns of them).
 _WIDE = {
-    "": "SELECT ns, key, tsv::text FROM {t} WHERE length(tsv) > 0 ORDER BY 1, 2",
-    "_turns": """SELECT ns, event_id, position, tsv::text, created_at FROM {t}_turns
-                 WHERE length(tsv) > 0 ORDER BY 1, 2, 3""",
+    "": """SELECT ns, key, u.lexeme, cardinality(u.positions), length(tsv)
+           FROM {t} CROSS JOIN LATERAL unnest(tsv) u ORDER BY 1, 2, 3""",
+    "_turns": """SELECT ns, event_id, position, u.lexeme, cardinality(u.positions),
+                        length(tsv), created_at
+                 FROM {t}_turns CROSS JOIN LATERAL unnest(tsv) u ORDER BY 1, 2, 3, 4""",
 }
 _NARROW = {
-    "": "SELECT ns, key, tsv::text FROM {t}_lex ORDER BY 1, 2",
-    "_turns": """SELECT ns, event_id, position, tsv::text, created_at FROM {t}_turns_lex
-                 ORDER BY 1, 2, 3""",
+    "": "SELECT ns, key, lexeme, tf, dl FROM {t}_post ORDER BY 1, 2, 3",
+    "_turns": """SELECT ns, event_id, position, lexeme, tf, dl, created_at FROM {t}_turns_post
+                 ORDER BY 1, 2, 3, 4""",
 }
+_KEYS = {"": 2, "_turns": 3}
 
 
 @pytest.fixture
@@ -52,12 +58,13 @@ async def _sides(store: PgMemory, tenant: str, side: str) -> tuple[Rows, Rows]:
 
 
 async def _assert_in_step(store: PgMemory, tenant: str, side: str = "") -> int:
+    """The rows with postings, once the postings are those of the wide table."""
     wide, narrow = await _sides(store, tenant, side)
     assert narrow == wide
-    return len(narrow)
+    return len({r[: _KEYS[side]] for r in narrow})
 
 
-async def test_memory_writes_keep_the_lexical_table_in_step(store: PgMemory, tenant: str) -> None:
+async def test_memory_writes_keep_the_postings_in_step(store: PgMemory, tenant: str) -> None:
     ns, other = (tenant, "facts"), (tenant, "other")
     await store.put_batch([(ns, f"k{i}", f"alpha beta {i}", None) for i in range(6)])
     await store.put(ns, "empty", "")  # no lexeme: never copied
@@ -82,15 +89,15 @@ async def test_an_update_leaving_the_text_alone_keeps_the_copy(
     await store.put(ns, "k", "alpha beta")
     t = f"public.{store.table_name}"
     async with store.transaction(tenant) as tx:
-        before = await tx.conn.fetchval(f"SELECT xmin::text FROM {t}_lex")
+        before = await tx.conn.fetch(f"SELECT xmin::text, lexeme FROM {t}_post ORDER BY 2")
         await tx.conn.execute(f"UPDATE {t} SET embedding = NULL")
     async with store.transaction(tenant) as tx:
-        after = await tx.conn.fetchval(f"SELECT xmin::text FROM {t}_lex")
-    assert after == before
+        after = await tx.conn.fetch(f"SELECT xmin::text, lexeme FROM {t}_post ORDER BY 2")
+    assert len(after) == 2 and after == before
     assert await _assert_in_step(store, tenant) == 1
 
 
-async def test_turns_and_their_replacement_keep_the_lexical_table_in_step(
+async def test_turns_and_their_replacement_keep_the_postings_in_step(
     store: PgMemory, tenant: str
 ) -> None:
     ns = (tenant, "turns")
@@ -102,10 +109,10 @@ async def test_turns_and_their_replacement_keep_the_lexical_table_in_step(
     async with store.transaction(tenant) as tx:
         await tx.write_turns(prepared, replace=True)
     wide, narrow = await _sides(store, tenant, "_turns")
-    assert narrow == wide and "'replac'" in str(narrow[0][3])
+    assert narrow == wide and {"replac", "word"} <= {r[3] for r in narrow}
 
 
-async def test_a_tenant_reads_and_writes_only_its_own_lexical_rows(
+async def test_a_tenant_reads_and_writes_only_its_own_postings(
     store: PgMemory, tenant: str, pg_dsn: str
 ) -> None:
     other = f"{tenant}-other"
@@ -116,14 +123,40 @@ async def test_a_tenant_reads_and_writes_only_its_own_lexical_rows(
     try:
         async with conn.transaction():
             await conn.execute("SELECT set_config('tulip.tenant', $1, true)", tenant)
-            seen = await conn.fetch(f"SELECT tenant, key FROM {t}_lex")
+            seen = await conn.fetch(f"SELECT DISTINCT tenant, key FROM {t}_post")
             with pytest.raises(asyncpg.InsufficientPrivilegeError):  # WITH CHECK
                 await conn.execute(
-                    f"INSERT INTO {t}_lex (tenant, ns, key, tsv) VALUES ($1, 'x', 'y', 'a')",
+                    f"INSERT INTO {t}_post (tenant, ns, lexeme, key, tf, dl)"
+                    " VALUES ($1, 'x', 'a', 'y', 1, 1)",
                     other,
                 )
         assert [tuple(r) for r in seen] == [(tenant, "mine")]
         async with conn.transaction():  # no tenant pinned: no row at all
-            assert await conn.fetch(f"SELECT 1 FROM {t}_lex") == []
+            assert await conn.fetch(f"SELECT 1 FROM {t}_post") == []
     finally:
         await conn.close()
+
+
+async def test_migrating_a_table_with_rows_fills_the_postings_and_drops_the_narrow_copy(
+    pg_dsn: str, postgres: Postgres, tenant: str
+) -> None:
+    name = f"lex_{uuid.uuid4().hex[:10]}"
+    await old_table(postgres.admin_dsn, name, tenant, upto=16, turn=True)
+    store = app_store(pg_dsn, table=name, embedder=HashingEmbedder(16))
+    try:
+        await store.put((tenant,), "new", "swims on sundays")  # migrates first
+        assert await _assert_in_step(store, tenant) == 2
+        assert await _assert_in_step(store, tenant, "_turns") == 1
+        conn = await asyncpg.connect(postgres.admin_dsn)
+        try:
+            left = await conn.fetch(
+                """SELECT c.relname FROM pg_class c WHERE c.relname LIKE $1 || '%lex%'
+                   UNION ALL SELECT t.tgname FROM pg_trigger t WHERE t.tgname LIKE $1 || '%lex%'
+                   UNION ALL SELECT p.proname FROM pg_proc p WHERE p.proname LIKE $1 || '%lex%'""",
+                name,
+            )
+        finally:
+            await conn.close()
+        assert left == []
+    finally:
+        await store.close()

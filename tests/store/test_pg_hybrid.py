@@ -453,15 +453,16 @@ async def test_quotes_inside_a_lexeme_reach_the_index_quoted(pg_dsn: str, tenant
 # -- migration -------------------------------------------------------------------------
 
 
-async def test_an_existing_table_gains_full_text_search(
-    pg_dsn: str, postgres: Postgres, tenant: str
-) -> None:
-    name = fresh_table()
+async def old_table(
+    admin_dsn: str, name: str, tenant: str, *, upto: int, turn: bool = False
+) -> str:
+    """``public.<name>`` migrated up to version ``upto`` only, holding one row of
+    ``tenant`` (key ``old``: "runs every morning") and, with ``turn``, one turn; its
+    qualified name."""
     table = f"public.{name}"
     placeholders = {"t": table, **names(name=name, dim=16, tsconfig="english")}
-    steps = MEMORIES.steps(placeholders, upto=5)
-    async with as_owner(postgres.admin_dsn) as conn:  # a table of the previous schema
-        await apply_migrations(conn, table, steps)
+    async with as_owner(admin_dsn) as conn:
+        await apply_migrations(conn, table, MEMORIES.steps(placeholders, upto=upto))
         async with conn.transaction():
             await conn.execute("SELECT set_config('tulip.tenant', $1, true)", tenant)
             await conn.execute(
@@ -469,6 +470,21 @@ async def test_an_existing_table_gains_full_text_search(
                 "VALUES ($1, $1, 'old', '\"runs every morning\"', 'runs every morning')",
                 tenant,
             )
+            if turn:
+                await conn.execute(
+                    f"""INSERT INTO {table}_turns (tenant, ns, thread_id, event_id, position,
+                                                   text, turn)
+                        VALUES ($1, $1, 'th', 'e0', 0, 'an old turn', '{{}}')""",
+                    tenant,
+                )
+    return table
+
+
+async def test_an_existing_table_gains_full_text_search(
+    pg_dsn: str, postgres: Postgres, tenant: str
+) -> None:
+    name = fresh_table()
+    table = await old_table(postgres.admin_dsn, name, tenant, upto=5)
     s = app_store(pg_dsn, table=name, dim=8)
     try:
         await s.put((tenant,), "new", "swims on sundays")
@@ -481,14 +497,19 @@ async def test_an_existing_table_gains_full_text_search(
                 r["indexname"]
                 for r in await conn.fetch(
                     "SELECT indexname FROM pg_indexes WHERE tablename = ANY($1::text[])",
-                    [f"{name}_lex", f"{name}_turns_lex"],
+                    [f"{name}_post", f"{name}_turns_post"],
                 )
             }
-            assert {f"{name}_lex_tsv", f"{name}_turns_lex_tsv"} <= indexes
+            assert {f"{name}_post_pkey", f"{name}_turns_post_pkey"} <= indexes
             async with conn.transaction():  # the row written before: copied by the migration
                 await conn.execute("SELECT set_config('tulip.tenant', $1, true)", tenant)
-                lexical = await conn.fetch(f"SELECT key FROM {table}_lex ORDER BY key")
-            assert [r["key"] for r in lexical] == ["new", "old"]
+                lexical = await conn.fetch(
+                    f"SELECT key, lexeme FROM {table}_post ORDER BY key, lexeme"
+                )
+            assert [tuple(r) for r in lexical] == [
+                ("new", "sunday"), ("new", "swim"), ("old", "everi"), ("old", "morn"),
+                ("old", "run"),
+            ]  # fmt: skip
             generated = await conn.fetchval(
                 "SELECT count(*) FROM pg_attribute WHERE attname = 'tsv' "
                 "AND attgenerated = 's' AND attrelid = ANY($1::regclass[])",

@@ -21,6 +21,7 @@ import asyncpg
 import numpy as np
 import pytest
 
+from tests.store.test_pg_hybrid import write_turns
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HRREncoder
 from tulip_memory.store import PgMemory
@@ -133,7 +134,9 @@ async def build(fx: Fixture) -> None:
                 "WITH (m = 8, ef_construction = 32)"
             )
             await admin.execute(f"ANALYZE {table}")
-            await admin.execute(f"ANALYZE {table}_lex")  # as autovacuum would, in time
+            # As autovacuum would, in time: statistics, and the visibility map the
+            # postings' index-only scans need.
+            await admin.execute(f"VACUUM ANALYZE {table}_post")
     finally:
         await admin.close()
 
@@ -269,11 +272,11 @@ async def test_turns_of_a_time_window_are_complete_and_found_by_the_time_index(
     assert "created_at >=" in shown
 
 
-async def test_the_index_path_reads_the_hnsw_and_narrow_gin_indexes_under_rls(
+async def test_the_index_path_reads_the_hnsw_index_and_the_postings_under_rls(
     auto: PgMemory, scale: Fixture
 ) -> None:
-    # bm25 runs on the narrow lexical table's GIN index; the wide rows are read by key
-    # for the candidates only, never through the wide table's own GIN index.
+    # bm25 runs on an index-only scan of the postings' primary key; the wide rows are
+    # read by key for the candidates only.
     await auto.search(BIG_NS, "warm", limit=1)  # the pool, and the server's capabilities
     q = HRREncoder(DIM).embed([QUERIES[0]])[0]
     base = (BIG_NS[0], NS_SEP.join(BIG_NS), 10, q, QUERIES[0], "english", 0.5, 0.5, 1.2, 0.4)
@@ -285,8 +288,8 @@ async def test_the_index_path_reads_the_hnsw_and_narrow_gin_indexes_under_rls(
         statement = slots.read_sql(auto.statement(stmt), "embedding")
         shown = await _explain(scale, statement, args)
         assert f"Index Scan using {prefix}_hnsw" in shown, shown
-        assert f"Bitmap Index Scan on {prefix}_lex_tsv" in shown, shown
-        assert f"on {prefix}_tsv" not in shown, shown
+        assert f"Index Only Scan using {prefix}_post_pkey" in shown, shown
+        assert "tsv" not in shown, shown
 
 
 async def _explain(fx: Fixture, statement: str, args: tuple[object, ...]) -> str:
@@ -302,3 +305,36 @@ async def _explain(fx: Fixture, statement: str, args: tuple[object, ...]) -> str
         return "\n".join(r[0] for r in rows)
     finally:
         await conn.close()
+
+
+async def test_small_turn_namespaces_equal_the_exact_path(auto: PgMemory, exact: PgMemory) -> None:
+    for ns in SMALL_NS[:10]:
+        for query in QUERIES[:2]:
+            got = [(t.position, t.text) for t in await auto.search_turns(ns, query, top_k=10)]
+            want = [(t.position, t.text) for t in await exact.search_turns(ns, query, top_k=10)]
+            assert got == want
+
+
+async def test_a_word_rare_in_a_big_namespace_still_ranks_first_and_the_rest_completes(
+    auto: PgMemory, exact: PgMemory
+) -> None:
+    # Three postings of the word among 100,000 rows: the lexical side finds them
+    # through the postings' index, the HNSW side fills the other seven places.
+    rare = [f"zyzzyva note {i}" for i in range(3)]
+    await auto.put_batch([(BIG_NS, f"rare{i}", text, None) for i, text in enumerate(rare)])
+    await write_turns(auto, BIG_NS, rare)
+    try:
+        before = auto.plans.copy()
+        got = [i.key for i in await auto.search(BIG_NS, "zyzzyva", limit=10)]
+        turns = [t.text for t in await auto.search_turns(BIG_NS, "zyzzyva", top_k=10)]
+        assert auto.plans - before == {plan.INDEX: 2}
+        want = [i.key for i in await exact.search(BIG_NS, "zyzzyva", limit=10)]
+        want_t = [t.text for t in await exact.search_turns(BIG_NS, "zyzzyva", top_k=10)]
+    finally:
+        async with auto.transaction(BIG_NS[0]) as tx:
+            t = f"public.{auto.table_name}"
+            await tx.conn.execute(f"DELETE FROM {t} WHERE key LIKE 'rare%'")
+            await tx.conn.execute(f"DELETE FROM {t}_turns WHERE event_id = 'event-1'")
+    assert len(got) == 10 and len(turns) == 10
+    assert set(got[:3]) == set(want[:3]) == {"rare0", "rare1", "rare2"}
+    assert set(turns[:3]) == set(want_t[:3]) == set(rare)

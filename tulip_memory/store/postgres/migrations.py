@@ -141,6 +141,21 @@ def _ns_count_by_fresh_namespace(t: str) -> str:
         END $fn$"""
 
 
+def _sync_triggers(t: str, p: str, kind: str) -> tuple[str, ...]:
+    """The statement-level triggers keeping ``<t>_<kind>`` in step with ``t``: one per
+    event, each running ``<t>_<kind>_sync()`` over the transition tables it has."""
+    return tuple(
+        f"""CREATE TRIGGER {p}_{kind}_{op.lower()} AFTER {op} ON {t}
+            REFERENCING {refs}
+            FOR EACH STATEMENT EXECUTE FUNCTION {t}_{kind}_sync()"""
+        for op, refs in (
+            ("INSERT", "NEW TABLE AS new_rows"),
+            ("UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+            ("DELETE", "OLD TABLE AS old_rows"),
+        )
+    )
+
+
 def _lexicon(t: str, p: str, keys: str, extra: str = "") -> tuple[str, ...]:
     """``<t>_lex``: the narrow copy of ``t``'s full-text side (its keys, ``tsv`` and
     ``extra`` columns) that the recall plan's index path ranks by bm25, so a big
@@ -191,16 +206,7 @@ def _lexicon(t: str, p: str, keys: str, extra: str = "") -> tuple[str, ...]:
                 END IF;
                 RETURN NULL;
             END $fn$""",
-        *(
-            f"""CREATE TRIGGER {p}_lex_{op.lower()} AFTER {op} ON {t}
-            REFERENCING {refs}
-            FOR EACH STATEMENT EXECUTE FUNCTION {t}_lex_sync()"""
-            for op, refs in (
-                ("INSERT", "NEW TABLE AS new_rows"),
-                ("UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
-                ("DELETE", "OLD TABLE AS old_rows"),
-            )
-        ),
+        *_sync_triggers(t, p, "lex"),
         f"ALTER TABLE {t} NO FORCE ROW LEVEL SECURITY",
         f"""INSERT INTO {t}_lex (tenant, ns, {listed})
             SELECT tenant, ns, {listed} FROM {t} WHERE length(tsv) > 0""",
@@ -210,11 +216,89 @@ def _lexicon(t: str, p: str, keys: str, extra: str = "") -> tuple[str, ...]:
     )
 
 
+def _postings(t: str, p: str, keys: str, extra: str = "") -> tuple[str, ...]:
+    """``<t>_post``: one row per lexeme of each row of ``t`` (its keys, the lexeme, its
+    ``tf`` (positions) and the row's ``dl`` (distinct lexemes), and ``extra``
+    columns), the index path's bm25 input. Its primary key ``(tenant, ns, lexeme,
+    keys) INCLUDE (tf, dl, extra)`` hands a query's postings to an index-only scan:
+    the scope's matches and everything bm25 needs, without reading a ``tsvector``
+    (see :mod:`~tulip_memory.store.postgres.plan`). Statement-level triggers keep it
+    in the writer's transaction; an update that leaves ``tsv`` and ``extra`` as they
+    were (a reindex writing vectors) changes nothing. Tenant-scoped like ``t``; the
+    backfill reads ``t`` as its owner, with row-level security unforced inside the
+    migration's transaction only. ``<t>_lex``, which it replaces, is dropped."""
+    key_list = [k.strip() for k in keys.split(",")]
+    extras = [c.strip() for c in extra.split(",") if c.strip()]
+    row_key = ["tenant", "ns", *key_list]
+    same = " AND ".join(f"n.{k} = y.{k}" for k in row_key)
+    kept = " AND ".join([same, *(f"n.{c} = y.{c}" for c in ["tsv", *extras])])
+    listed = ", ".join(["tenant", "ns", "lexeme", *key_list, "tf", "dl", *extras])
+    picked = ", ".join(
+        [
+            "n.tenant",
+            "n.ns",
+            "u.lexeme",
+            *(f"n.{k}" for k in key_list),
+            "cardinality(u.positions)",
+            "length(n.tsv)",
+            *(f"n.{c}" for c in extras),
+        ]
+    )
+    pk = ", ".join(["tenant", "ns", "lexeme", *key_list])
+    included = ", ".join(["tf", "dl", *extras])
+    sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in ["tf", "dl", *extras])
+    gone = " AND ".join(
+        [*(f"x.{k} = y.{k}" for k in row_key), "x.lexeme = ANY (tsvector_to_array(y.tsv))"]
+    )
+
+    def insert(where: str) -> str:
+        return f"""INSERT INTO {t}_post ({listed})
+                    SELECT {picked} FROM new_rows n CROSS JOIN LATERAL unnest(n.tsv) AS u
+                    WHERE {where}
+                    ON CONFLICT ({pk}) DO UPDATE SET {sets};"""
+
+    return (
+        f"""CREATE TABLE {t}_post (
+            tenant text NOT NULL,
+            ns text NOT NULL,
+            lexeme text NOT NULL,
+            {_lex_columns([*key_list, "tf", "dl", *extras])},
+            PRIMARY KEY ({pk}) INCLUDE ({included})
+        )""",
+        f"""CREATE FUNCTION {t}_post_sync() RETURNS trigger
+            LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+            BEGIN
+                IF TG_OP = 'INSERT' THEN
+                    {insert("true")}
+                ELSIF TG_OP = 'DELETE' THEN
+                    DELETE FROM {t}_post x USING old_rows y WHERE {gone};
+                ELSE
+                    DELETE FROM {t}_post x USING old_rows y WHERE {gone} AND NOT EXISTS (
+                        SELECT 1 FROM new_rows n WHERE {kept});
+                    {insert(f"NOT EXISTS (SELECT 1 FROM old_rows y WHERE {kept})")}
+                END IF;
+                RETURN NULL;
+            END $fn$""",
+        *_sync_triggers(t, p, "post"),
+        f"ALTER TABLE {t} NO FORCE ROW LEVEL SECURITY",
+        f"""INSERT INTO {t}_post ({listed})
+            SELECT {picked} FROM {t} n CROSS JOIN LATERAL unnest(n.tsv) AS u""",
+        f"ALTER TABLE {t} FORCE ROW LEVEL SECURITY",
+        *tenant_rls(f"{t}_post", f"{p}_post"),
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON {t}_post TO tulip_dml, tulip_ops",
+        *(f"DROP TRIGGER {p}_lex_{op} ON {t}" for op in ("insert", "update", "delete")),
+        f"DROP FUNCTION {t}_lex_sync()",
+        f"DROP TABLE {t}_lex",
+    )
+
+
 _LEX_TYPES = {
     "key": "text",
     "event_id": "text",
     "position": "integer",
     "tsv": "tsvector",
+    "tf": "integer",
+    "dl": "integer",
     "created_at": "timestamptz",
 }
 
@@ -478,6 +562,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             # No statement reads the wide tables' GIN indexes any more; each cost writes.
             "DROP INDEX {t}_tsv",
             "DROP INDEX {t}_turns_tsv",
+        ),
+    ),
+    Migration(
+        17,
+        "postings tables for the index path's bm25, in place of the narrow lexical tables",
+        (
+            *_postings("{t}", "{p}", "key"),
+            *_postings("{t}_turns", "{p}_turns", "event_id, position", ", created_at"),
         ),
     ),
 )

@@ -5,9 +5,10 @@ computed over the rows the ``(tenant, ns, ...)`` B-tree yields. It is exact, com
 and cheap while the scope is small, and its cost grows with the scope's rows.
 
 Big scopes take the index path (``sql._indexed``): candidates from the HNSW index
-(iterative scan, pgvector >= 0.8) and from the GIN index of the narrow lexical table
-``<table>_lex`` (keys and ``tsv`` only, kept by triggers in the writer's
-transaction), ranked by the exact path's own scores. The store chooses it from the
+(iterative scan, pgvector >= 0.8) and from the postings table ``<table>_post`` (one
+row per lexeme of each row: its keys, ``tf`` and ``dl``, kept by triggers in the
+writer's transaction, read by an index-only scan of its primary key), ranked by the
+exact path's own scores. The store chooses it from the
 scope's row count, kept exact by triggers in ``<table>_ns_stats`` /
 ``<table>_turns_ns_stats``, when:
 
@@ -23,10 +24,11 @@ When the scan still comes back short (the scope's vectors are rarer in the index
 than expected, or missing), the store runs the exact path: recall stays complete.
 
 The lexical side. bm25 needs every lexical match of the scope (its ``df`` and its
-normalising maximum), and a match's row of the memories or turns table is ~1.7 KB
-(vector, text, metadata), so reading ~1,200 matches read ~1,370 heap blocks (16-27 ms
-warm on 200,000 turns). The narrow table holds ~100-byte rows: every match is scored
-there, and only the candidates' wide rows are read: the
+normalising maximum). A match's row of the memories or turns table is ~1.7 KB (vector,
+text, metadata), so they are never read for it: the postings table's primary key
+``(tenant, ns, lexeme, keys) INCLUDE (tf, dl[, created_at])`` yields each query
+lexeme's postings in the scope, with all bm25 needs, from an index-only scan (no
+``tsvector`` is read or filtered), and only the candidates' wide rows are read: the
 :func:`lexical_candidates` best by bm25, the HNSW index's nearest, and every other
 match whose fused score could still reach the top ``limit``, bounded above by its
 bm25 plus the cosine of the farthest of the nearest (a row nearer than that would be
@@ -43,7 +45,10 @@ namespace). Its result depends only on its arguments and it raises no error that
 depends on a row's value (only the query's own structure can make it fail), so
 ``provision_app_role`` marks it ``LEAKPROOF``. That is a superuser's decision for the
 whole database: where it was not taken, the store keeps the exact path for every
-scope (complete, linear in the scope) and logs once why.
+scope (complete, linear in the scope) and logs once why. Since migration 17 the
+index path no longer tests ``@@`` at all (its lexical condition is ``lexeme = ANY``,
+text equality, which is leakproof), so this requirement of :class:`Capabilities` could
+be lifted; it is kept until that is tested on a server where ``@@`` is not leakproof.
 
 Thresholds, measured with ``bench/recall.py`` (384-d hashing vectors, 2 shared cores,
 see the README for the command): the exact path costs about 8 us per row of the scope
@@ -57,34 +62,50 @@ about ``sqrt(SCAN_COST_RATIO * candidates * table_rows)`` rows (12,600 of 200,00
 below (a cheaper index path may cross lower); the 1k-10k class, exact, ran at 21-23 ms
 p50 in those runs, 1.0-1.6x PostgresStore's.
 
-What the index path costs now, and what was weighed (200,000 memories over 2,000
-namespaces and a 200,000-turn namespace, the embedded server with 2 GB of
-``shared_buffers``, host load 3-5 on 2 cores; EXPLAIN ANALYZE of one warm
-``search_turns``): 2,307 lexical matches read from the narrow table's GIN index in
-5 ms, their bm25 (``ts_filter`` of each ``tsv``, ``df``, the sums) 11 ms, the HNSW
-nearest 2-5 ms, the 138 candidates' wide rows 1.5 ms: 26 ms in all. Two queries run
-five times each: 22-34 ms, against 44-110 ms for the statement before (bm25 read
-from the wide rows). A search whose HNSW pages are not in
-shared buffers pays 25-100 ms more for its ~500 page reads; the bench's tables and
-indexes (2.5 GB with PostgresStore's) outgrow 2 GB, so its p99 are of those.
+What the index path costs, and what was weighed (200,000 memories over 2,000
+namespaces and a 200,000-turn namespace, the embedded server, host load 3-6 on 2
+shared cores).
+
+Before the postings (migration 16's narrow ``<table>_lex`` with a GIN index on
+``tsv``), EXPLAIN (ANALYZE, BUFFERS) of warm ``search_turns``: 2,428 matches from the
+GIN index in 6.8 ms, ``ts_filter`` of each ``tsv`` 8.5 ms, df and bm25 5.5 ms (the
+lexical side 22 ms), the HNSW nearest 10 ms, 36-38 ms in all under EXPLAIN.
+
+With the postings (migration 17, which replaces ``<table>_lex``): the 2,348-2,385
+postings of a query's 4 lexemes from an index-only scan in 1.0-1.9 ms (40-55
+buffers), df 1 ms, bm25 and the 100 best 2.5-4 ms: the lexical side 4.6-6.1 ms. The
+HNSW nearest (40, ``ef_search`` 40) are now the biggest part: 8.6-14.7 ms for
+2,500-2,900 buffer hits; the candidates' wide rows 2 ms; planning 1.3-3.9 ms. Timed
+``search_turns`` right after the bench's exact pass over the turns (each round trip
+of the call timed: the pin, counters and settings are 0.1-0.5 ms each, the rest is
+the statement): p50 22 ms, p99 54 ms, against p50 50, p99 494 before on the same rows.
+The postings cost a row per distinct lexeme of each row written (1.8 and 2.0 million
+for 200,000 memories and 220,100 turns: 261 and 387 MB with their primary keys,
+against 59 and 70 MB for the narrow tables); migration 17 filled them on those rows
+in 46 s. A query touches ~50 of their index pages, so they weigh little in the cache.
+
+Where the p99 goes. Shared-buffer misses, not planning nor the lexical side: with 2
+GB of ``shared_buffers`` and 3.1 GB of tables and indexes (the bench's, with
+PostgresStore's), the exact reference pass (an index scan of the namespace's wide
+rows, no ring buffer) and the memories' queries evict the turns' HNSW pages, and a
+query that reads its ~2,800 graph buffers back from the OS cache takes 100-600 ms
+(bench.recall, ``search_turns`` 100k+: p50 97, p99 358 ms on 2 GB, the postings
+in; the turns' exact pass alone, without the memories' queries: p99 494 ms before
+them, 54 ms with them, as above).
 
 - ``shared_buffers``: the embedded server sizes it from the machine
   (:mod:`tulip_ops.dev.server_settings`); 128 MB -> 1 GB halved the p50.
 - halfvec HNSW (``embedding::halfvec(dim)`` with ``halfvec_cosine_ops``): 246 MB
   against 430 MB for the turns' graph, the 40 nearest in 6.0 against 7.8 ms p50 warm
   (30 queries). Not taken here: it changes each slot's index definition, which the
-  reindex builds (``slots.slot_index``); it is the next step for the vector side,
-  mostly for the cache (the graph would fit twice as well).
+  reindex builds (``slots.slot_index``); it is the next step for the vector side, now
+  the larger one, mostly for the cache (the graph would fit twice as well).
 - bounding the lexical candidates without a bound: the 100 best by bm25 alone gave
   recall@10 0.62 against the exact path on ``tests/store/test_recall_plan.py``'s
   namespace (ties on bm25 broken by key, not by cosine); with the bound, 1.0.
-- a postings table (tenant, ns, lexeme, key, tf, dl) under a B-tree on ``(tenant, ns,
-  lexeme) INCLUDE (key, tf, dl)``: an index-only scan reads the 2,517 postings of 4
-  query lexemes in 1.1 ms (37 buffers, once vacuumed), their bm25 in 8 ms against
-  19-20 ms for the narrow table's ``tsv`` (same server, same query). It is the next
-  step for the lexical side (p99 <= 20 ms on 200,000 turns needs it); it costs a row
-  per distinct lexeme of each row written (1.8 million for 200,000 turns, 228 MB with
-  its index), and its index-only scans need the visibility map kept by vacuum.
+- the postings' index-only scans need the visibility map, which vacuum keeps
+  (autovacuum's insert threshold does, for tables that grow); pages not yet
+  all-visible are read from the heap, which costs time, not correctness.
 """
 
 from __future__ import annotations

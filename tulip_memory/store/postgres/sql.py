@@ -7,7 +7,7 @@ chooses, see :mod:`~tulip_memory.store.postgres.plan`): the exact path below, wh
 vector ranking is written as ``(embedding <=> q) + 0`` on purpose (pgvector only uses
 the HNSW index for a bare ``embedding <=> q`` order, and a post-filtered HNSW scan
 can return too few rows of a namespace), or the index path further down, which asks
-the HNSW index (iterative scan) and the GIN index for candidates and ranks them with
+the HNSW index (iterative scan) and the postings for candidates and ranks them with
 the exact path's scores. The exact scan over a namespace's rows, found through the
 ``(tenant, ns, ...)`` B-tree, is what guarantees complete recall: the index path falls
 back to it whenever its candidates come up short.
@@ -43,9 +43,8 @@ b = 0.4. All tuned on LoCoMo (``bench/recall_quality.py``).
 User text reaches Postgres only as a bind parameter and only through ``to_tsvector``:
 the lexemes it yields are quoted into the tsquery that matches rows, so no user text is
 ever parsed as tsquery syntax. The exact path tests ``@@`` on the rows the B-tree scan
-yields anyway; the index path finds the matching rows through the GIN index on
-``tsv``, which the application role can use under forced RLS only once ``@@`` is
-leakproof (see :mod:`~tulip_memory.store.postgres.plan`).
+yields anyway; the index path finds the matching rows' postings by lexeme (see
+:mod:`~tulip_memory.store.postgres.plan`).
 """
 
 from __future__ import annotations
@@ -301,7 +300,7 @@ SELECT h.* FROM ({_SEARCH_TURNS}) h ORDER BY h._pos"""
 # lexical matches by bm25 and the nearest rows by the HNSW index (an iterative scan, so
 # the scope's filter does not leave it short while the index yields the scope's rows
 # within ``hnsw.max_scan_tuples``). bm25 is the exact path's, computed over every
-# matching row of the scope on the narrow ``<table>_lex`` (its GIN index on ``tsv``):
+# matching row of the scope from the postings ``<table>_post`` (an index-only scan):
 # ``docs`` and ``avgdl`` from the scope's counters (``<table>_ns_stats``), ``df`` and
 # the normalising maximum over the matches. Only the candidates' wide rows are read,
 # for their exact cosine and their columns, and ranked by the exact path's fused
@@ -351,8 +350,8 @@ def _indexed(
     """The index path of ``_hybrid``'s ranking of ``scope``: ``keys`` name a row within
     the tenant, ``${cand}`` is how many nearest rows the HNSW index proposes and
     ``${cand + 1}`` how many of the best lexical matches are read. Every lexical
-    match is scored by bm25 on the narrow ``<table>_lex`` (``scope`` must name only
-    its columns); only the candidates' wide rows are read, for their cosine and
+    match is scored by bm25 from the postings ``<table>_post`` (``scope`` must name
+    only its columns); only the candidates' wide rows are read, for their cosine and
     columns."""
     same = " AND ".join(f"c.{k} = b.{k}" for k in keys.split(", "))
     return f"""
@@ -361,14 +360,9 @@ WITH st AS MATERIALIZED (
            coalesce(sum(dl), 0)::float8 / greatest(coalesce(sum(rows), 0), 1) AS avgdl
     FROM {table}_ns_stats WHERE {stats_scope}
 ),
-lex AS MATERIALIZED (
-    SELECT {keys}, length(tsv) AS dl, tsv
-    FROM {table}_lex WHERE {scope} AND tsv @@ (SELECT query FROM probe)
-),
 terms AS MATERIALIZED (
-    SELECT {keys}, l.dl, u.lexeme, cardinality(u.positions) AS tf
-    FROM lex l CROSS JOIN probe p
-    CROSS JOIN LATERAL unnest(ts_filter(setweight(l.tsv, 'A', p.terms), '{{{{A}}}}')) AS u
+    SELECT {keys}, dl, lexeme, tf
+    FROM {table}_post WHERE {scope} AND lexeme = ANY ((SELECT terms FROM probe)::text[])
 ),
 df AS MATERIALIZED (SELECT lexeme, count(*)::float8 AS df FROM terms GROUP BY lexeme),
 bm AS MATERIALIZED (
