@@ -336,6 +336,9 @@ async def measure_turns(app_dsn: str, queries: list[Query], emb: HashingEmbedder
         hits = await store.search_turns(q.namespace, q.text, top_k=LIMIT)
         return [f"{h.position}:{h.text}" for h in hits]
 
+    # The pools and the server's capabilities, outside the timed calls (as for memories).
+    await auto.search_turns(queries[0].namespace, "warm", top_k=1)
+    await exact.search_turns(queries[0].namespace, "warm", top_k=1)
     try:
         wanted = [await turn_keys(exact, q) for q in queries]
         for q, want in zip(queries, wanted, strict=True):
