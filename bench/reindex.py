@@ -182,9 +182,10 @@ class NewModel:
 
     model: str
     api_base: str | None = None
-    #: Known in advance (the stub's): the workers are then configured with the model
-    #: as their own, as an operator moving to it would, so they build its embedder
-    #: (and import litellm, seconds of CPU) in the untimed warm-up, not in the job.
+    #: Known in advance (the stub's; a ``--model``'s, built once to learn it): the
+    #: workers are then configured with the model as their own, as an operator moving
+    #: to it would, so they build its embedder (import litellm, load a local model's
+    #: weights: seconds of CPU) in the untimed warm-up, not in the job.
     dim: int | None = None
 
     @property
@@ -195,11 +196,8 @@ class NewModel:
         """The workers' embedding settings."""
         if self.dim is None:
             return {"TULIP_EMBED_MODEL": OLD_MODEL, "TULIP_EMBED_ALLOWED": self.allowed}
-        return {
-            "TULIP_EMBED_MODEL": self.model,
-            "TULIP_EMBED_API_BASE": self.api_base or "",
-            "TULIP_EMBED_DIM": str(self.dim),
-        }
+        own = {"TULIP_EMBED_MODEL": self.model, "TULIP_EMBED_DIM": str(self.dim)}
+        return own if self.api_base is None else {**own, "TULIP_EMBED_API_BASE": self.api_base}
 
     def embedder(self) -> BaseEmbedding:
         return embedder_from_config(self.model, api_base=self.api_base)
@@ -1033,7 +1031,8 @@ def new_model(stack: contextlib.ExitStack, o: Options) -> NewModel:
     """``--model``, or the stub ``--stub-ms`` starts (with a placeholder API key in the
     environment, which the workers inherit, if none is set)."""
     if o.stub_ms is None:
-        return NewModel(o.model, o.api_base)
+        dim = embedder_from_config(o.model, api_base=o.api_base).dimension
+        return NewModel(o.model, o.api_base, dim)
     url = model_stub_process(stack, embedding_dim=STUB_DIM, embedding_delay=o.stub_ms / 1000)
     os.environ.setdefault("OPENAI_API_KEY", "sk-tulip-bench-stub")
     return NewModel(STUB_MODEL, url, STUB_DIM)
