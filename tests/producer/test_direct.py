@@ -272,6 +272,34 @@ def test_a_small_envelope_is_sent_as_it_is_and_escaped_by_the_script(
         server.stop()
 
 
+def test_a_session_envelope_is_escaped_by_the_producer(
+    tmp_path: Path, make_producer: MakeProducer
+) -> None:
+    """Only checkpoint saves are escaped by the script: a ``session.ended`` event's
+    quotes reach Redis escaped for the message already (seven more bytes each), so
+    the script spends no time escaping its text; the message is the same."""
+    server = EmbeddedRedis(tmp_path / "redis").start()
+    client = redis.Redis.from_url(server.url)
+    try:
+        producer = make_producer(server.url)
+
+        def sent(content: str) -> int:
+            before = net_in(client)
+            producer.session_ended(NS, "t1", [Message(role=Role.USER, content=content)])
+            return net_in(client) - before
+
+        sent("warm-up")
+        plain, quoted = sent("a" * 100), sent('"' * 100)
+        assert quoted - plain >= 6 * 100
+        body = json.loads(client.lindex(QUEUE, 0) or b"{}")["body"]
+        assert (decode(json.loads(body)[0][0]).payload or {})["messages"][0]["content"] == (
+            '"' * 100
+        )
+    finally:
+        client.close()
+        server.stop()
+
+
 def test_delivery_tags_are_short_and_distinct(
     broker_url: str, client: redis.Redis, make_producer: MakeProducer
 ) -> None:
