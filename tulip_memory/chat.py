@@ -357,12 +357,12 @@ def _reply_of_json(data: Any) -> Reply:
 
 
 def _int(value: Any) -> int:
+    """A token count as a provider's reply states it; anything but a count is 0."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _count(usage: Any, name: str) -> int:
-    value = getattr(usage, name, 0)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return _int(getattr(usage, name, 0))
 
 
 def _content_of(response: Any) -> str:
