@@ -11,6 +11,7 @@ role under forced row-level security. The tests assert on the path the store cho
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -276,8 +277,35 @@ async def test_the_index_path_reads_the_hnsw_index_and_the_postings_under_rls(
     auto: PgMemory, scale: Fixture
 ) -> None:
     # bm25 runs on an index-only scan of the postings' primary key; the wide rows are
-    # read by key for the candidates only.
-    await auto.search(BIG_NS, "warm", limit=1)  # the pool, and the server's capabilities
+    # read by key for the candidates only; and neither needs `@@` to be leakproof (as it
+    # is not by default, and cannot be made on managed servers).
+    async with _match_not_leakproof(scale.admin_dsn):
+        await auto.search(BIG_NS, "warm", limit=1)  # the pool, and the server's capabilities
+        assert auto.plans[plan.INDEX] >= 1
+        await _explain_the_index_path(auto, scale)
+
+
+_MATCH = "pg_catalog.ts_match_vq(tsvector, tsquery)"
+
+
+@contextlib.asynccontextmanager
+async def _match_not_leakproof(admin_dsn: str) -> AsyncIterator[None]:
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        was = await conn.fetchval(
+            f"SELECT proleakproof FROM pg_proc WHERE oid = '{_MATCH}'::regprocedure"
+        )
+        await conn.execute(f"ALTER FUNCTION {_MATCH} NOT LEAKPROOF")
+        try:
+            yield
+        finally:
+            if was:
+                await conn.execute(f"ALTER FUNCTION {_MATCH} LEAKPROOF")
+    finally:
+        await conn.close()
+
+
+async def _explain_the_index_path(auto: PgMemory, scale: Fixture) -> None:
     q = HRREncoder(DIM).embed([QUERIES[0]])[0]
     base = (BIG_NS[0], NS_SEP.join(BIG_NS), 10, q, QUERIES[0], "english", 0.5, 0.5, 1.2, 0.4)
     lexical = plan.index_args(10)

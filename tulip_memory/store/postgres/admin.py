@@ -88,7 +88,6 @@ async def provision_app_role(
     conn = await asyncpg.connect(admin_dsn)
     try:
         await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        await _leakproof_match(conn)
         await _roles(conn, role, password, ops_password)
         await _schema(conn, role, schema)
         await _transfer(conn, role, schema)
@@ -99,31 +98,6 @@ async def provision_app_role(
     async with as_owner(admin_dsn) as owner:
         await EventLedger().migrate(owner)
     return dsn_for_role(admin_dsn, role, password)
-
-
-async def _leakproof_match(conn: Any) -> None:
-    """Let the application role's full-text lookups use the GIN index under forced
-    row-level security: mark ``tsvector @@ tsquery`` (``ts_match_vq``) leakproof (see
-    :mod:`~tulip_memory.store.postgres.plan` for why that is sound). Only a superuser
-    may; without one recall stays exact (complete, linear in a namespace's rows)."""
-    import asyncpg
-
-    if await conn.fetchval(_MATCH_LEAKPROOF):
-        return
-    try:
-        await conn.execute("ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF")
-    except asyncpg.InsufficientPrivilegeError as e:
-        log.warning(
-            "cannot mark tsvector @@ tsquery leakproof (%s): recall of big namespaces "
-            "stays an exact scan; a superuser can run ALTER FUNCTION "
-            "pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF",
-            e,
-        )
-
-
-_MATCH_LEAKPROOF = """
-SELECT proleakproof FROM pg_proc
-WHERE oid = 'pg_catalog.ts_match_vq(tsvector, tsquery)'::regprocedure"""
 
 
 async def _ensure_role(conn: Any, role: str, attributes: str, password: str | None) -> None:

@@ -12,7 +12,7 @@ exact path's own scores. The store chooses it from the
 scope's row count, kept exact by triggers in ``<table>_ns_stats`` /
 ``<table>_turns_ns_stats``, when:
 
-- the server can run it: pgvector >= 0.8 and a leakproof ``@@`` (see below);
+- the server can run it: pgvector >= 0.8 (iterative index scans);
 - the scope holds at least :data:`INDEX_MIN_ROWS` rows;
 - an iterative scan can be expected to find the candidates before it stops (the
   scope is at least ``2 * candidates / max_scan_tuples`` of the table, its planner
@@ -36,19 +36,17 @@ among them, as far as the HNSW graph finds it). So the ranking stays the exact
 path's up to the graph's misses, and a query whose matches tie on bm25 (the same
 lexemes, the same length) reads the tied ones it needs, not all of them.
 
-Why ``@@`` must be leakproof. Under ``FORCE ROW LEVEL SECURITY`` the planner may only
-evaluate a query's own condition below the policy's when the condition's function is
-leakproof, and an index condition is evaluated first; ``ts_match_vq`` (``tsvector @@
-tsquery``) is not marked leakproof, so the application role's ``tsv @@ q`` could never
-use the GIN index (EXPLAIN shows the B-tree plus a filter over every row of the
-namespace). Its result depends only on its arguments and it raises no error that
-depends on a row's value (only the query's own structure can make it fail), so
-``provision_app_role`` marks it ``LEAKPROOF``. That is a superuser's decision for the
-whole database: where it was not taken, the store keeps the exact path for every
-scope (complete, linear in the scope) and logs once why. Since migration 17 the
-index path no longer tests ``@@`` at all (its lexical condition is ``lexeme = ANY``,
-text equality, which is leakproof), so this requirement of :class:`Capabilities` could
-be lifted; it is kept until that is tested on a server where ``@@`` is not leakproof.
+Why no operator needs to be leakproof. Under ``FORCE ROW LEVEL SECURITY`` the planner
+evaluates a query's own condition below the policy's, and so as an index condition,
+only when the condition's function is leakproof. ``tsvector @@ tsquery``
+(``ts_match_vq``) is not, so the GIN index that ``tsv @@ q`` once used was out of the
+application role's reach unless a superuser marked it ``LEAKPROOF`` for the whole
+database (a step managed Postgres services do not allow). The index path tests no
+``@@`` any more: its lexical condition is text equality on the postings' key, and its
+vectors' ``<=>`` is pgvector's operator of the HNSW index's ordering, not a filter
+(``tests/store/test_recall_plan.py`` reads both indexes under forced row-level
+security on a server where ``@@`` is not leakproof). The exact path tests ``@@`` in a
+``CASE`` of its select list, over rows the policy has already admitted.
 
 Thresholds, measured with ``bench/recall.py`` (384-d hashing vectors, 2 shared cores,
 see the README for the command): the exact path costs about 8 us per row of the scope
@@ -170,40 +168,26 @@ class Capabilities:
     """What the server offers the index path."""
 
     iterative_scan: bool
-    leakproof_match: bool
 
     @property
     def index_path(self) -> bool:
-        return self.iterative_scan and self.leakproof_match
+        return self.iterative_scan
 
     def why_exact(self) -> str:
         """Why every scope takes the exact path on this server (for the log)."""
-        reasons = []
-        if not self.iterative_scan:
-            reasons.append("pgvector is older than 0.8 (no iterative index scans)")
-        if not self.leakproof_match:
-            reasons.append(
-                "tsvector @@ tsquery is not leakproof, so row-level security keeps the "
-                "application role off the GIN index; an administrator runs "
-                "`tulip-memory provision` (or ALTER FUNCTION "
-                "pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF as a superuser)"
-            )
-        return "recall scans every scope exactly (complete, linear in its rows): " + "; ".join(
-            reasons
+        return (
+            "recall scans every scope exactly (complete, linear in its rows): pgvector is "
+            "older than 0.8 (no iterative index scans)"
         )
 
     @classmethod
     async def probe(cls, conn: Any) -> Capabilities:
-        row = await conn.fetchrow(_CAPABILITIES)
-        version = tuple(int(p) for p in str(row["vector"] or "0").split(".") if p.isdigit())
-        return cls(version >= (0, 8), bool(row["leakproof"]))
+        found = await conn.fetchval(_VECTOR_VERSION)
+        version = tuple(int(p) for p in str(found or "0").split(".") if p.isdigit())
+        return cls(version >= (0, 8))
 
 
-_CAPABILITIES = """
-SELECT (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS vector,
-       (SELECT p.proleakproof FROM pg_operator o JOIN pg_proc p ON p.oid = o.oprcode
-        WHERE o.oprname = '@@' AND o.oprleft = 'tsvector'::regtype
-          AND o.oprright = 'tsquery'::regtype) AS leakproof"""
+_VECTOR_VERSION = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
 
 
 #: What an HNSW iterative scan pays per tuple it reads (the other scopes' rows it

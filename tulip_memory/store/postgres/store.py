@@ -234,7 +234,7 @@ class PgMemory(BatchFirstStore):
         )
         self._pool: Any = None
         self._recall_plan = recall_plan
-        self._caps = plan.Capabilities(iterative_scan=False, leakproof_match=False)
+        self._caps = plan.Capabilities(iterative_scan=False)
         self._table_rows = plan.TableRows()
         #: How many hybrid searches took each path (``plan.EXACT``, ``INDEX``, ``FALLBACK``).
         self.plans: collections.Counter[str] = collections.Counter()
