@@ -281,8 +281,9 @@ class _Postings:
         row-level security adds to the postings is not pushed into their anti-join
         (it makes the planner expect a handful of rows, and pick that nested loop)."""
         t = self.t
+        old = ", ".join(f"y.{c}" for c in [*self.row_key, "tsv"])
         changed = f"""WITH changed AS MATERIALIZED (
-                        SELECT * FROM old_rows y
+                        SELECT {old} FROM old_rows y
                         WHERE NOT EXISTS (SELECT 1 FROM new_rows n WHERE {self.kept("y", "n")}))
                     {self.delete("changed")}"""
         fresh = self.insert(f"NOT EXISTS (SELECT 1 FROM old_rows y WHERE {self.kept('y', 'n')})")
