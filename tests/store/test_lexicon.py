@@ -191,9 +191,7 @@ async def test_big_updates_and_deletes_read_only_their_own_postings(
         }
         for label, (statement, per_posting) in statements.items():
             async with store.transaction(tenant) as tx:
-                postings = await tx.conn.fetchval(
-                    f"SELECT count(*) FROM {t}_post WHERE key < 'k2'"
-                )
+                postings = await tx.conn.fetchval(f"SELECT count(*) FROM {t}_post WHERE key < 'k2'")
                 before = await tx.conn.fetchval(_READ.format(t=t))
                 await tx.conn.execute(statement)
                 read = await tx.conn.fetchval(_READ.format(t=t)) - before
