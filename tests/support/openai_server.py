@@ -355,11 +355,12 @@ class _Server(ThreadingHTTPServer):
 
     def hang_up(self) -> None:
         """End every open connection's reads, so a handler waiting for a keep-alive
-        connection's next request returns."""
+        connection's next request returns. Only reads: a handler whose request is in
+        flight (its delay cut short) still sends its answer."""
         with self._open_lock:
             for sock in self._open:
                 with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+                    sock.shutdown(socket.SHUT_RD)
 
 
 class _Handler(BaseHTTPRequestHandler):
