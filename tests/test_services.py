@@ -16,13 +16,14 @@ from tulip_ops.dev import server_settings
 from tulip_ops.dev.embedded import MIN_PGVECTOR, PG_MAJOR, EmbeddedPostgres, EmbeddedRedis
 
 _SIZED = ("shared_buffers", "effective_cache_size", "work_mem")
+_COUNTED = ("max_parallel_maintenance_workers",)
 
 
 def _running_with(dsn: str) -> dict[str, str]:
     async def show() -> dict[str, str]:
         conn = await asyncpg.connect(dsn)
         try:
-            return {n: str(await conn.fetchval(f"SHOW {n}")) for n in _SIZED}
+            return {n: str(await conn.fetchval(f"SHOW {n}")) for n in (*_SIZED, *_COUNTED)}
         finally:
             await conn.close()
 
@@ -31,16 +32,20 @@ def _running_with(dsn: str) -> dict[str, str]:
 
 def _in_mb(settings: dict[str, str]) -> dict[str, int]:
     units = {"MB": 1, "GB": 1024}
-    return {n: int(v[:-2]) * units[v[-2:]] for n, v in settings.items()}
+    return {
+        n: int(v) if n in _COUNTED else int(v[:-2]) * units[v[-2:]] for n, v in settings.items()
+    }
 
 
 def test_server_settings_follow_the_machines_memory() -> None:
     gb = 1 << 30
-    assert server_settings.sized(8 * gb) == {
+    assert server_settings.sized(8 * gb, cores=2) == {
         "shared_buffers": "1024MB",
         "effective_cache_size": "4096MB",
         "work_mem": "16MB",
+        "max_parallel_maintenance_workers": "0",  # an index build leaves a core to queries
     }
+    assert server_settings.sized(8 * gb, cores=8)["max_parallel_maintenance_workers"] == "3"
     assert server_settings.sized(gb)["shared_buffers"] == "128MB"  # at least initdb's
     assert server_settings.sized(64 * gb)["shared_buffers"] == "2048MB"
 
