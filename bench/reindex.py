@@ -740,8 +740,10 @@ async def check_switched(ctx: Context, table: str, done: Progress) -> None:
 # --- the Celery workers ----------------------------------------------------------------
 
 
-def worker_env(services: Services, table: str, new: NewModel) -> dict[str, str]:
-    """The parent's environment without its ``TULIP_*``, plus the bench's settings."""
+def worker_env(services: Services, table: str, new: NewModel, workers: int) -> dict[str, str]:
+    """The parent's environment without its ``TULIP_*``, plus the bench's settings: as
+    an operator running ``workers`` model processes on one host would, each gets its
+    share of the cores for a local model (``TULIP_EMBED_THREADS``)."""
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("TULIP_")}
     return {
         **inherited,
@@ -750,6 +752,7 @@ def worker_env(services: Services, table: str, new: NewModel) -> dict[str, str]:
         "TULIP_BROKER_URL": services.broker_url,
         "TULIP_DATABASE_URL": services.app_dsn,
         "TULIP_MEMORY_TABLE": table,
+        "TULIP_EMBED_THREADS": str(max(1, (os.cpu_count() or 1) // workers)),
         **new.worker_env(),
     }
 
@@ -1054,7 +1057,7 @@ async def run_celery(ctx: Context, stack: contextlib.ExitStack) -> JobRun:
 
     table = o.tables[1]
     label = f"reindex on {o.workers} celery workers"
-    with WorkerPool(services.tmp / "logs", worker_env(services, table, ctx.new)) as pool:
+    with WorkerPool(services.tmp / "logs", worker_env(services, table, ctx.new, o.workers)) as pool:
         for k in range(o.workers):
             pool.start("tulip_workers.app", f"reindex-{k}", REINDEX_QUEUE)
         progress(f"{o.workers} reindex workers: warming up ...")

@@ -122,3 +122,25 @@ def _read(path: Path) -> str:
 
 
 pytestmark = pytest.mark.timeout(180)
+
+
+def test_a_pooled_worker_gives_each_process_its_share_of_the_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reindex pool's children each get ``cores // processes`` threads for a local
+    model, unless the operator set ``TULIP_EMBED_THREADS``; shard workers get none."""
+    from tulip_ops.dev.supervisor import POOL_CONCURRENCY, role_specs
+
+    monkeypatch.delenv("TULIP_EMBED_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    (spec,) = role_specs("reindex", 1)
+    assert dict(spec.env) == {"TULIP_EMBED_THREADS": str(16 // POOL_CONCURRENCY)}
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    (spec,) = role_specs("reindex", 1)
+    assert dict(spec.env) == {"TULIP_EMBED_THREADS": "1"}
+    (shard,) = role_specs("extract", 1)
+    assert "TULIP_EMBED_THREADS" not in dict(shard.env)
+
+    monkeypatch.setenv("TULIP_EMBED_THREADS", "3")
+    (spec,) = role_specs("reindex", 1)
+    assert "TULIP_EMBED_THREADS" not in dict(spec.env)  # the environment's 3 reaches it

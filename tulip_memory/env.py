@@ -109,5 +109,8 @@ S3_ENDPOINT_URL = text_var("TULIP_S3_ENDPOINT_URL")
 EMBED_MODEL = text_var("TULIP_EMBED_MODEL")
 EMBED_DIM = Var[int | None]("TULIP_EMBED_DIM", None, integer)
 EMBED_API_BASE = text_var("TULIP_EMBED_API_BASE")
+#: Threads a local (in-process) model computes with, process-wide; unset is torch's own
+#: choice, every core, which processes sharing a host's cores must divide between them.
+EMBED_THREADS = Var[int | None]("TULIP_EMBED_THREADS", None, positive)
 #: Other embedders a table's slot registry may name (:mod:`tulip_memory.embeddings.allowlist`).
 EMBED_ALLOWED = Var("TULIP_EMBED_ALLOWED", "", text)

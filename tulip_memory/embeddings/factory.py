@@ -10,7 +10,9 @@ anything else               ``LiteLLMEmbedder(model, dimension, api_base)``
 ==========================  ==============================================
 
 A litellm model string is checked with ``litellm.get_llm_provider`` here, so a typo
-fails at start-up; that imports litellm (seconds, once per process).
+fails at start-up; that imports litellm (seconds, once per process). A local model
+computes with ``TULIP_EMBED_THREADS`` threads when that is set (the process's share of
+the host's cores).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Mapping
 from tulip_memory.embeddings.base import BaseEmbedding
 from tulip_memory.embeddings.hashing import HashingEmbedder
 from tulip_memory.embeddings.litellm_embedder import LiteLLMEmbedder
-from tulip_memory.env import EMBED_API_BASE, EMBED_DIM, EMBED_MODEL
+from tulip_memory.env import EMBED_API_BASE, EMBED_DIM, EMBED_MODEL, EMBED_THREADS
 from tulip_memory.env import environ as environ_of
 from tulip_memory.model_calls import import_litellm
 
@@ -102,7 +104,8 @@ def _hashing(argument: str, dimension: int | None, spec: str) -> HashingEmbedder
 def _local(name: str, dimension: int | None) -> BaseEmbedding:
     from tulip_memory.embeddings.local import DEFAULT_MODEL, SentenceTransformerEmbedder
 
-    embedder = SentenceTransformerEmbedder(name or DEFAULT_MODEL)
+    # The process's share of the host's cores is the host's setting, not the model's.
+    embedder = SentenceTransformerEmbedder(name or DEFAULT_MODEL, threads=EMBED_THREADS.read())
     if dimension is not None and dimension != embedder.dimension:
         raise ValueError(
             f"{embedder.model!r} produces {embedder.dimension}-wide vectors, "

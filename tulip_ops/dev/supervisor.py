@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from tulip_memory.env import EMBED_THREADS
 from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED
 from tulip_wire.topology import (
     CHECKPOINT_QUEUE_PREFIX,
@@ -81,7 +82,11 @@ def role_specs(
     :data:`tulip_workers.settings.CONCURRENCY`) in a ``threads`` pool that reserves
     :data:`BUFFER_PER_SLOT` times as many, each key's events in order."""
     if role in POOLED:
-        return [WorkerSpec(role, (POOLED[role],), pool="prefork", concurrency=POOL_CONCURRENCY)]
+        return [
+            WorkerSpec(
+                role, (POOLED[role],), "prefork", POOL_CONCURRENCY, pool_threads(POOL_CONCURRENCY)
+            )
+        ]
     if role not in ROLES:
         known = ", ".join(sorted([*ROLES, *POOLED]))
         raise ValueError(f"unknown worker role {role!r}; known roles: {known}")
@@ -101,6 +106,15 @@ def role_specs(
         WorkerSpec(f"{role}-{k}", (f"{ROLES[role]}.{k}",), "threads", c * BUFFER_PER_SLOT, env)
         for k in chosen
     ]
+
+
+def pool_threads(processes: int) -> tuple[tuple[str, str], ...]:
+    """``TULIP_EMBED_THREADS`` for a pool of ``processes``: each its share of the cores,
+    unless the environment says otherwise. A local model in each child would otherwise
+    run a thread per core in every one (see :mod:`tulip_memory.embeddings.local`)."""
+    if EMBED_THREADS.read() is not None:
+        return ()
+    return ((EMBED_THREADS.name, str(max(1, (os.cpu_count() or 1) // processes))),)
 
 
 @dataclass
