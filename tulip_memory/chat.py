@@ -11,11 +11,12 @@ Two clients speak to chat models:
   the SDK's own request costs about 3 ms: a worker with 32 calls in flight spent about
   half its CPU there (``bench/concurrency.py``). The SDK sends the request (its
   auth, headers, timeouts and status errors); the reply is read here, as JSON, up to
-  :data:`MAX_REPLY_BYTES` (a broken or hostile server's body longer than that is a
-  reasoned failure, never held whole), without the SDK's typed request transform and
-  response models, about a fifth of its CPU a call. The price and the JSON-schema support
-  come from litellm's own model map, read without importing litellm
-  (:mod:`tulip_memory.model_map`): such a process never imports it (about 175 MB).
+  :data:`~tulip_memory.sdk_http.MAX_REPLY_BYTES`, as is every reply its client receives,
+  errors included (:mod:`tulip_memory.sdk_http`: a broken or hostile server's body
+  longer than that is a reasoned failure, never held whole), without the SDK's typed
+  request transform and response models, about a fifth of its CPU a call. The price and
+  the JSON-schema support come from litellm's own model map, read without importing
+  litellm (:mod:`tulip_memory.model_map`): such a process never imports it (about 175 MB).
 - **litellm** for every other model: one model string for any provider, priced from
   its cost map. ``client="litellm"`` sends OpenAI-compatible servers through it too.
 
@@ -58,17 +59,9 @@ _COMPLETION_TOKENS_FAMILIES = ("o1", "o3", "o4", "gpt-5")
 
 Prompt = Sequence[dict[str, str]]
 
-#: A chat completion body longer than this is not read: a reply of the longest model
-#: output extraction reads (256 Ki characters, :mod:`tulip_memory.extract.parse`), JSON
-#: escaped, fits it several times over.
-MAX_REPLY_BYTES = 8 * 1024 * 1024
 #: The OpenAI SDK's request header for a response it hands back unread (what its
-#: ``with_streaming_response`` sets): the body is then read here, bounded.
+#: ``with_streaming_response`` sets): the body is then read here.
 _UNREAD = {"X-Stainless-Raw-Response": "stream"}
-
-
-class ReplyTooLarge(ValueError):
-    """A model server's reply body over :data:`MAX_REPLY_BYTES` (not retried)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,7 +258,7 @@ class Chat:
 
     async def _post(self, body: dict[str, Any], seconds: float) -> Any:
         """``POST /chat/completions`` through the SDK, its reply parsed from at most
-        :data:`MAX_REPLY_BYTES` of body."""
+        :data:`~tulip_memory.sdk_http.MAX_REPLY_BYTES` of body (the client's bound)."""
         import httpx2  # the OpenAI SDK's HTTP client
 
         response = await self._client().post(
@@ -275,7 +268,7 @@ class Chat:
             options={"headers": _UNREAD, "timeout": seconds},
         )
         try:
-            return json.loads(await read_bounded(response, MAX_REPLY_BYTES))
+            return json.loads(await response.aread())
         finally:
             await response.aclose()
 
@@ -298,7 +291,15 @@ def sdk_client(api_base: str | None, api_key: str | None) -> Any:
         if client is None:
             import openai
 
-            client = openai.AsyncOpenAI(base_url=api_base, api_key=key, max_retries=0)
+            from tulip_memory import sdk_http
+
+            client = openai.AsyncOpenAI(
+                base_url=api_base,
+                api_key=key,
+                max_retries=0,
+                default_headers=sdk_http.HEADERS,
+                http_client=sdk_http.client(),
+            )
             of_loop[(api_base, key)] = client
         return client
 
@@ -319,21 +320,6 @@ def _reply_of(response: Any, *, cost: float | None) -> Reply:
         cost_usd=cost,
     )
     return Reply(_content_of(response), tokens)
-
-
-async def read_bounded(response: Any, limit: int) -> bytes:
-    """An unread HTTP response's body, or :class:`ReplyTooLarge` once it passes
-    ``limit`` bytes (by its ``Content-Length``, or as it arrives)."""
-    declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise ReplyTooLarge(f"reply body of {int(declared):,} bytes, over {limit:,}: not read")
-    chunks, size = [], 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > limit:
-            raise ReplyTooLarge(f"reply body over {limit:,} bytes: not read")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _reply_of_json(data: Any) -> Reply:

@@ -15,15 +15,9 @@ import httpx2
 import pytest
 
 from tests.support.openai_server import FakeOpenAI, Reply
-from tulip_memory.chat import (
-    MAX_REPLY_BYTES,
-    Chat,
-    ChatModel,
-    ReplyTooLarge,
-    Retries,
-    read_bounded,
-)
+from tulip_memory.chat import Chat, ChatModel, Retries
 from tulip_memory.errors import ModelCallError
+from tulip_memory.sdk_http import MAX_REPLY_BYTES, ReplyTooLarge, bound
 
 _LOOP_DURING_IMPORT = """
 import asyncio, json, sys
@@ -166,9 +160,57 @@ def test_a_body_without_a_length_is_cut_at_the_bound() -> None:
 
     async def main() -> None:
         response = httpx2.Response(200, content=endless())
+        await bound(response)
         with pytest.raises(ReplyTooLarge):
-            await read_bounded(response, 1_000_000)
-        await response.aclose()
+            await response.aread()
+        assert response.is_closed
 
     asyncio.run(main())
-    assert 16 <= len(sent) <= 17  # 1,000,000 bytes and the chunk that passed them
+    limit_chunks = MAX_REPLY_BYTES // 65536
+    assert limit_chunks + 1 <= len(sent) <= limit_chunks + 2  # the bound, and the chunk past it
+
+
+def _fails_at_once_unread(fake: FakeOpenAI, reply: Reply) -> str:
+    """The reason of a call the server answers with ``reply``: one attempt only."""
+
+    async def call() -> None:
+        chat, retries = _sdk_chat(fake.url)
+        fake.script_chat(reply, reply, reply)
+        await chat.complete(
+            [{"role": "user", "content": "hi"}], temperature=0.0, max_tokens=10,
+            retries=retries, error=ModelCallError,
+        )  # fmt: skip
+
+    with pytest.raises(ModelCallError) as failure:
+        asyncio.run(call())
+    assert failure.value.attempts == 1 and len(fake.requests) == 1
+    return failure.value.reason
+
+
+def test_an_error_reply_over_the_bound_is_not_read_either() -> None:
+    """A 500 (which the SDK reads whole to raise its status error, and which is
+    otherwise retried) whose body passes MAX_REPLY_BYTES fails at once, unread; a
+    small 500 is still an ordinary, retried status error."""
+    with FakeOpenAI(keep_alive=True) as fake:
+        reason = _fails_at_once_unread(fake, Reply(status=500, content="e" * MAX_REPLY_BYTES))
+        assert "over 8,388,608" in reason and "not read" in reason
+        fake.reset()
+        chat, retries = _sdk_chat(fake.url)
+        fake.script_chat(Reply(status=500, content="busy"), Reply(content="fine"))
+        prompt = [{"role": "user", "content": "hi"}]
+        call = chat.complete(
+            prompt, temperature=0.0, max_tokens=10, retries=retries, error=ModelCallError
+        )
+        reply = asyncio.run(call)
+        assert reply.content == "fine" and reply.usage.attempts == 2
+
+
+def test_replies_are_asked_for_uncompressed_and_a_compressed_one_is_refused() -> None:
+    """A small compressed body may decode to gigabytes: the client asks for replies as
+    they are, and one that comes compressed anyway is refused before it is decoded."""
+    with FakeOpenAI(keep_alive=True) as fake:
+        reason = _fails_at_once_unread(
+            fake, Reply(content="{}", headers={"Content-Encoding": "gzip"})
+        )
+        assert "compressed (gzip)" in reason
+        assert fake.requests[0].headers["accept-encoding"] == "identity"
