@@ -56,7 +56,7 @@ from pgvector import Vector
 from bench._services import open_services
 from tulip_memory.embeddings.hashing import HashingEmbedder
 from tulip_memory.store import PgMemory
-from tulip_memory.store.postgres import plan
+from tulip_memory.store.postgres import plan, slots
 from tulip_memory.store.validation import NS_SEP
 
 TABLE = "bench_recall"
@@ -157,7 +157,7 @@ async def load(
                     for i in range(lo, min(n, lo + 20_000))
                 ]
                 await _copy_turns(conn, rows, emb, start, turns)
-        await _build_indexes(conn, peer)
+        await _build_indexes(conn, peer, args.dim)
     finally:
         await conn.close()
     return memories, turns
@@ -231,20 +231,20 @@ async def _copy_turns(
             sample.append((f"{i % 100}:{text}", text))
 
 
-async def _build_indexes(conn: Any, peer: bool) -> None:
+async def _build_indexes(conn: Any, peer: bool, dim: int) -> None:
     await conn.execute("SET maintenance_work_mem = '2GB'")
     await conn.execute("SET max_parallel_maintenance_workers = 2")
+    ours = slots.ann_using(slots.ORIGINAL_SLOT, dim)  # the store's own index, as migrated
     todo = [
-        (f"{TABLE}_hnsw", f"public.{TABLE}"),
-        (f"{TABLE}_turns_hnsw", f"public.{TABLE}_turns"),
+        (f"{TABLE}_hnsw", f"public.{TABLE}", ours),
+        (f"{TABLE}_turns_hnsw", f"public.{TABLE}_turns", ours),
     ]
-    if peer:
-        todo.append(("store_vectors_embedding_idx", "store_vectors"))
-    for index, table in todo:
+    if peer:  # PostgresStore's, as its setup creates it
+        theirs = "USING hnsw (embedding vector_cosine_ops)"
+        todo.append(("store_vectors_embedding_idx", "store_vectors", theirs))
+    for index, table, using in todo:
         started = time.perf_counter()
-        await conn.execute(
-            f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops)"
-        )
+        await conn.execute(f"CREATE INDEX {index} ON {table} {using}")
         print(f"  {index} built in {time.perf_counter() - started:.1f}s", flush=True)
         await conn.execute(f"ANALYZE {table}")
 

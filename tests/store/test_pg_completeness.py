@@ -31,6 +31,7 @@ from tests.support.services import Postgres
 from tulip_memory.embeddings import HRREncoder
 from tulip_memory.store import PgMemory
 from tulip_memory.store.fusion import HybridRanking
+from tulip_memory.store.postgres import slots
 
 OTHER_ROWS = 60_000
 TARGET_ROWS = 50
@@ -90,8 +91,8 @@ async def build(fx: Fixture) -> None:
             FROM generate_series(1, {OTHER_ROWS}) g"""
         )
         await admin.execute(
-            f"CREATE INDEX {table}_hnsw ON public.{table} USING hnsw "
-            "(embedding vector_cosine_ops) WITH (m = 4, ef_construction = 16)"
+            f"CREATE INDEX {table}_hnsw ON public.{table} {slots.ann_using('embedding', 2 * DIM)} "
+            "WITH (m = 4, ef_construction = 16)"
         )
     finally:
         await admin.close()
@@ -124,21 +125,15 @@ async def test_control_plain_hnsw_order_returns_too_few(big_table: Fixture) -> N
     try:
         table = f"public.{big_table.table}"
         q = "[" + ",".join(str(x) for x in HRREncoder(DIM).embed(["jazz tea"])[0]) + "]"
-        plan = "\n".join(
-            r[0]
-            for r in await conn.fetch(
-                f"EXPLAIN SELECT key FROM {table} WHERE tenant = 'target' "
-                f"AND ns = 'target' || chr(31) || 'mem' ORDER BY embedding <=> $1::vector "
-                "LIMIT 10",
-                q,
-            )
-        )
-        assert "_hnsw" in plan
-        rows = await conn.fetch(
+        # The order of the HNSW index: the slot's halfvec expression.
+        select = (
             f"SELECT key FROM {table} WHERE tenant = 'target' "
-            f"AND ns = 'target' || chr(31) || 'mem' ORDER BY embedding <=> $1::vector LIMIT 10",
-            q,
+            f"AND ns = 'target' || chr(31) || 'mem' "
+            f"ORDER BY {slots.ann_expr('embedding', 2 * DIM)} <=> $1::vector::halfvec LIMIT 10"
         )
+        plan = "\n".join(r[0] for r in await conn.fetch(f"EXPLAIN {select}", q))
+        assert "_hnsw" in plan
+        rows = await conn.fetch(select, q)
         assert len(rows) < 10, "HNSW post-filtering no longer starves: the fixture lost its teeth"
     finally:
         await conn.close()

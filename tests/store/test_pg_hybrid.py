@@ -29,6 +29,7 @@ from tulip_memory.embeddings import BaseEmbedding, HashingEmbedder, HRREncoder
 from tulip_memory.embeddings.base import Vectors
 from tulip_memory.store import PgMemory
 from tulip_memory.store.fusion import WORD_HASHING, HybridRanking
+from tulip_memory.store.postgres import slots
 from tulip_memory.store.postgres import store as pg_store_module
 from tulip_memory.store.postgres.admin import as_owner
 from tulip_memory.store.postgres.family import apply_migrations
@@ -609,8 +610,8 @@ async def _build(fx: BigTable) -> None:
             (f"{table}_turns", f"{fx.table}_turns_hnsw"),
         ):
             await admin.execute(
-                f"CREATE INDEX {index} ON {on} USING hnsw "
-                "(embedding vector_cosine_ops) WITH (m = 4, ef_construction = 16)"
+                f"CREATE INDEX {index} ON {on} {slots.ann_using('embedding', 2 * DIM)} "
+                "WITH (m = 4, ef_construction = 16)"
             )
     finally:
         await admin.close()

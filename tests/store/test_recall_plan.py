@@ -131,7 +131,7 @@ async def build(fx: Fixture) -> None:
         # path's top 10 through them.
         for table, index in ((t, f"{fx.table}_hnsw"), (f"{t}_turns", f"{fx.table}_turns_hnsw")):
             await admin.execute(
-                f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops) "
+                f"CREATE INDEX {index} ON {table} {slots.ann_using('embedding', w)} "
                 "WITH (m = 8, ef_construction = 32)"
             )
             await admin.execute(f"ANALYZE {table}")
@@ -313,7 +313,7 @@ async def _explain_the_index_path(auto: PgMemory, scale: Fixture) -> None:
         ("SEARCH_INDEXED", (*base, False, *lexical), scale.table),
         ("SEARCH_TURNS_INDEXED", (*base, None, None, None, *lexical), f"{scale.table}_turns"),
     ):
-        statement = slots.read_sql(auto.statement(stmt), "embedding")
+        statement = slots.read_sql(auto.statement(stmt), "embedding", 2 * DIM)
         shown = await _explain(scale, statement, args)
         assert f"Index Scan using {prefix}_hnsw" in shown, shown
         assert f"Index Only Scan using {prefix}_post_pkey" in shown, shown

@@ -37,6 +37,7 @@ from tulip_memory.store.postgres.render import render
 from tulip_memory.store.postgres.slots import (
     ALL_TENANTS,
     Layout,
+    ann_using,
     column,
     slot_index,
     slot_name,
@@ -349,7 +350,7 @@ class Reindexer:
                 float(size["rows"]), dim, int(size["workers"]), int(size["maintenance_workers"])
             )
             await conn.execute(self.q(sql.BUILD_SETTINGS), f"{memory}MB", str(workers))
-            await conn.execute(self.q(create, i=name, v=slot))
+            await conn.execute(self.q(create, i=name, using=ann_using(slot, dim)))
 
     async def _index_read_slots(self) -> None:
         """Every slot recall reads has its index (after a finalize)."""
@@ -763,12 +764,12 @@ def build_resources(
     rows: float, dim: int, server_workers: int, maintenance_workers: int
 ) -> tuple[int, int]:
     """maintenance_work_mem (MB) and parallel workers for an HNSW build over ``rows``
-    vectors of ``dim``: the graph holds each vector (4 bytes a dimension) and its
+    vectors of ``dim``: the graph holds each vector (halfvec: 2 bytes a dimension) and its
     neighbour lists (m = 16: 32 links at layer 0, ~8 bytes each) with headroom. The
     workers are the server's ``max_parallel_maintenance_workers`` (the operator's
     say in how many cores maintenance may take from queries, 2 by default), within
     what ``max_worker_processes`` leaves and :data:`BUILD_WORKERS`."""
-    need = rows * (4 * dim + 32 * 8 + 64) * 1.5 / 2**20
+    need = rows * (2 * dim + 32 * 8 + 64) * 1.5 / 2**20
     memory = int(min(BUILD_MEMORY_MB[1], max(BUILD_MEMORY_MB[0], need)))
     return memory, max(0, min(BUILD_WORKERS, maintenance_workers, server_workers - 2))
 

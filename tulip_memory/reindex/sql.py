@@ -76,10 +76,9 @@ DROP_COLUMN = "ALTER TABLE {t} DROP COLUMN IF EXISTS {v}"
 
 DROP_TURNS_COLUMN = "ALTER TABLE {t}_turns DROP COLUMN IF EXISTS {v}"
 
-# Built outside any transaction, so writes go on while it builds.
-CREATE_INDEX = (
-    "CREATE INDEX CONCURRENTLY IF NOT EXISTS {i} ON {t} USING hnsw ({v} vector_cosine_ops)"
-)
+# Built outside any transaction, so writes go on while it builds; ``{using}`` is the
+# slot's ``slots.ann_using`` (the index the recall plan's index path orders by).
+CREATE_INDEX = "CREATE INDEX CONCURRENTLY IF NOT EXISTS {i} ON {t} {using}"
 
 CREATE_TURNS_INDEX = CREATE_INDEX.replace("ON {t} ", "ON {t}_turns ")
 

@@ -360,6 +360,44 @@ _JOB_READ_COLUMNS = """id, scope, slot, model, spec, api_base, dim, batch, plann
     created_at, updated_at, switched_at, finalized_at"""
 
 
+def _halfvec_indexes(t: str) -> str:
+    """Migration 19: every HNSW index of ``t`` and ``<t>_turns`` over a slot's vectors
+    (the original slot's from migrations 3 and 12, a reindex's ``<p>_v<job>``) built
+    again, under the same name, on the slot as ``halfvec(width)`` with
+    ``halfvec_cosine_ops`` (:func:`~tulip_memory.store.postgres.slots.ann_using`): each
+    slot at its own column's width, which a reindex may have changed. The build is
+    sized as a reindex's (``reindexer.build_resources``: 2 bytes a dimension and the
+    neighbour lists, between 64 MB and 4 GB); the tables are locked until the
+    migration commits (200,000 rows of 384 dimensions: about N s each, see the
+    README)."""
+    return f"""DO $do$
+        DECLARE
+            r record;
+        BEGIN
+            FOR r IN
+                SELECT i.indexrelid::regclass::text AS idx, c.relname AS name,
+                       i.indrelid::regclass::text AS tbl,
+                       a.attname AS col, a.atttypmod AS dim,
+                       greatest(t.reltuples, 0) AS rows
+                FROM pg_index i
+                JOIN pg_class c ON c.oid = i.indexrelid
+                JOIN pg_class t ON t.oid = i.indrelid
+                JOIN pg_am am ON am.oid = c.relam AND am.amname = 'hnsw'
+                JOIN pg_opclass o ON o.oid = i.indclass[0] AND o.opcname = 'vector_cosine_ops'
+                JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                WHERE i.indrelid IN ('{t}'::regclass, '{t}_turns'::regclass)
+                ORDER BY c.relname
+            LOOP
+                PERFORM set_config('maintenance_work_mem', least(4096, greatest(64,
+                    ceil(r.rows * (2 * r.dim + 32 * 8 + 64) * 1.5 / 1048576)))::int || 'MB',
+                    true);
+                EXECUTE format('DROP INDEX %s', r.idx);
+                EXECUTE format('CREATE INDEX %I ON %s USING hnsw ((%I::halfvec(%s)) '
+                               'halfvec_cosine_ops)', r.name, r.tbl, r.col, r.dim);
+            END LOOP;
+        END $do$"""
+
+
 def _reindex_tenancy() -> tuple[str, ...]:
     """Migration 14: ``<t>_layout``, ``<t>_reindex_jobs`` and ``<t>_reindex_ranges``
     under forced row-level security. Their tenant is ``scope`` for layouts and jobs
@@ -627,6 +665,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             _Postings("{t}", "key").sync(),
             _Postings("{t}_turns", "event_id, position", ", created_at").sync(),
         ),
+    ),
+    Migration(
+        19,
+        "hnsw indexes over each slot's vectors as halfvec",
+        (_halfvec_indexes("{t}"),),
     ),
 )
 

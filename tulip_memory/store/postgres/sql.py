@@ -299,7 +299,9 @@ SELECT h.* FROM ({_SEARCH_TURNS}) h ORDER BY h._pos"""
 # The exact path's ranking over candidates instead of every row of the scope: the best
 # lexical matches by bm25 and the nearest rows by the HNSW index (an iterative scan, so
 # the scope's filter does not leave it short while the index yields the scope's rows
-# within ``hnsw.max_scan_tuples``). bm25 is the exact path's, computed over every
+# within ``hnsw.max_scan_tuples``; ``{h}`` is the index's halfvec expression of the
+# slot, ``slots.ann_expr``, and every candidate's cosine is then computed again over
+# the full-precision column). bm25 is the exact path's, computed over every
 # matching row of the scope from the postings ``<table>_post`` (an index-only scan):
 # ``docs`` and ``avgdl`` from the scope's counters (``<table>_ns_stats``), ``df`` and
 # the normalising maximum over the matches. Only the candidates' wide rows are read,
@@ -378,7 +380,7 @@ lex_top AS MATERIALIZED (
 ),
 vec AS MATERIALIZED (
     SELECT {keys} FROM {table} WHERE {scope} AND $4::vector IS NOT NULL
-    ORDER BY {{v}} <=> $4 LIMIT ${cand}
+    ORDER BY {{h}} <=> $4::halfvec LIMIT ${cand}
 ),
 cand AS MATERIALIZED (
     SELECT {keys}, max(bm25) AS bm25, bool_or(near) AS near FROM (

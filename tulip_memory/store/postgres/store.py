@@ -432,7 +432,10 @@ class PgMemory(BatchFirstStore):
         counted): the index path when :func:`plan.choose` picks it and its candidates
         cover ``min(limit, rows)``, else the exact path."""
         chosen = plan.EXACT
-        if rows is not None:
+        # The slot's width names its index's expression (a slot is in the registry
+        # whenever a layout names it: ``Layouts.note``).
+        dim = self._layouts.width(layout.read)
+        if rows is not None and dim is not None:
             table_rows = await self._table_rows.get(conn, table)
             chosen = plan.choose(rows, table_rows, limit)
         if chosen == plan.INDEX:
@@ -443,7 +446,7 @@ class PgMemory(BatchFirstStore):
                 str(plan.MAX_SCAN_TUPLES),
             )
             stmt, args = indexed
-            got = await conn.fetch(slots.read_sql(self._sql[stmt], layout.read), *args)
+            got = await conn.fetch(slots.read_sql(self._sql[stmt], layout.read, dim), *args)
             if got and got[0]["_cands"] >= min(limit, rows):
                 self.plans[plan.INDEX] += 1
                 return [r for r in got if r["_pos"] is not None]
