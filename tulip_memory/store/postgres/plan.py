@@ -140,14 +140,23 @@ FALLBACK = "fallback"
 
 
 def candidates(limit: int) -> int:
-    """How many nearest rows the HNSW index proposes for ``limit`` results (its
-    ``ef_search`` too). Every lexical match is scored anyway; among the rows matching
-    no query lexeme the fused score follows the cosine alone, so the index needs to
-    find only their ``limit`` nearest: four times that leaves room for the lexical
-    matches among the nearest, and 40 is pgvector's default ``ef_search`` (what
-    LangGraph's PostgresStore runs). 100 cost the turns' index path 1.4x as much for
-    the same top 10 on ``bench/recall.py``'s 50,000-turn namespace."""
-    return min(MAX_EF_SEARCH, max(40, 4 * limit))
+    """How many nearest rows the HNSW index proposes for ``limit`` results. Every
+    lexical match is scored anyway; among the rows matching no query lexeme the fused
+    score follows the cosine alone, so the index needs to find only their ``limit``
+    nearest: twice that leaves room for the lexical matches among the nearest. An
+    iterative scan returns up to ``ef_search`` tuples a pass, of which the scope keeps
+    its share: 20 candidates of a scope that is half its table come from one pass of
+    ``ef_search`` 40, where 40 took two (the HNSW side of ``bench/recall.py``'s
+    100,000-row namespace: 1.6 against 3.0 ms p50 warm)."""
+    return min(MAX_EF_SEARCH, max(20, 2 * limit))
+
+
+def ef_search(limit: int) -> int:
+    """``hnsw.ef_search`` of an index-path statement: the graph search's breadth, at
+    least pgvector's default of 40 (what LangGraph's PostgresStore runs), twice the
+    candidates. 100 cost the turns' index path 1.4x as much for the same top 10 on
+    ``bench/recall.py``'s 50,000-turn namespace."""
+    return min(MAX_EF_SEARCH, max(40, 2 * candidates(limit)))
 
 
 def lexical_candidates(limit: int) -> int:
@@ -202,18 +211,20 @@ SCAN_COST_RATIO = 20
 def choose(rows: int, table_rows: float, limit: int) -> str:
     """:data:`INDEX` or :data:`EXACT` for a scope of ``rows`` rows in a table of about
     ``table_rows`` (planner estimate; 0 or less when unknown), on a server that can
-    run the index path. The iterative scan reads about ``candidates * table_rows /
-    rows`` tuples to find the scope's candidates: the index path is taken where that,
+    run the index path. The iterative scan reads about ``ef_search * table_rows /
+    rows`` tuples to find the scope's candidates (:func:`ef_search`, the thresholds
+    measured when it was the candidates' count too; with half as many candidates now,
+    this errs towards the exact path): the index path is taken where that,
     at :data:`SCAN_COST_RATIO` times the exact path's cost a row, is cheaper than the
     scope's exact scan (so from about ``sqrt(20 * 40 * table_rows)`` rows: 12,600 of a
     200,000-row table, 28,000 of a million), and where it fits ``max_scan_tuples``."""
     if rows < max(INDEX_MIN_ROWS, 2 * limit):
         return EXACT
     share = rows / table_rows if table_rows > rows else 1.0
-    scanned = candidates(limit) / share
+    scanned = ef_search(limit) / share
     if scanned * SCAN_COST_RATIO > rows:
         return EXACT
-    return INDEX if share * MAX_SCAN_TUPLES >= 2 * candidates(limit) else EXACT
+    return INDEX if share * MAX_SCAN_TUPLES >= 2 * ef_search(limit) else EXACT
 
 
 class TableRows:

@@ -442,7 +442,7 @@ class PgMemory(BatchFirstStore):
             assert rows is not None
             await conn.execute(
                 self._sql["PLAN_SETTINGS"],
-                str(plan.candidates(limit)),
+                str(plan.ef_search(limit)),
                 str(plan.MAX_SCAN_TUPLES),
             )
             stmt, args = indexed
