@@ -40,14 +40,14 @@ def _in_mb(settings: dict[str, str]) -> dict[str, int]:
 def test_server_settings_follow_the_machines_memory() -> None:
     gb = 1 << 30
     assert server_settings.sized(8 * gb, cores=2) == {
-        "shared_buffers": "1024MB",
-        "effective_cache_size": "4096MB",
+        "shared_buffers": "2048MB",
+        "effective_cache_size": "6144MB",
         "work_mem": "16MB",
         "max_parallel_maintenance_workers": "0",  # an index build leaves a core to queries
     }
     assert server_settings.sized(8 * gb, cores=8)["max_parallel_maintenance_workers"] == "3"
-    assert server_settings.sized(gb)["shared_buffers"] == "128MB"  # at least initdb's
-    assert server_settings.sized(64 * gb)["shared_buffers"] == "2048MB"
+    assert server_settings.sized(gb // 4)["shared_buffers"] == "128MB"  # at least initdb's
+    assert server_settings.sized(64 * gb)["shared_buffers"] == "8192MB"
 
 
 def test_embedded_postgres_keeps_data_across_restarts_and_stops(server_dir: Path) -> None:

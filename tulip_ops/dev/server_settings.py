@@ -3,11 +3,16 @@
 initdb's defaults (``shared_buffers`` 128 MB, ``effective_cache_size`` 4 GB,
 ``work_mem`` 4 MB) keep a big namespace's recall reading its heap and HNSW pages from
 the OS cache: on ``bench/recall.py``'s 200,000-turn namespace ``shared_buffers`` 1 GB
-halved the index path's p50 (91 -> 49 ms). The embedded server is the dev stack's,
-the tests' and the benches', one per machine in use, so it takes an eighth of the
-memory for its buffers (between 128 MB and 2 GB: the dev and bench tables fit, and
-several test servers on one machine still do), counts on half of it as cache, and
-sorts a recall's candidates in memory. A production server is sized by its operator.
+halved the index path's p50 (91 -> 49 ms). The embedded server takes a quarter of the
+memory for its buffers, PostgreSQL's own starting point for a database server
+(between 128 MB and 8 GB), and counts on three quarters as cache (its buffers and the
+OS's), and sorts a recall's candidates in memory. An eighth capped at 2 GB, as
+before, left the bench's 2.7 GB of tables and indexes (200,000 memories, a
+200,000-turn namespace, PostgresStore's copy) half out of the buffers: each query
+read back the HNSW pages the others had evicted (``search_turns`` p99 358 ms at 2 GB,
+27 ms with 6 GB; see the README). Buffers are memory a server touches, not memory it
+takes at start: a test server that holds a few tables uses little of its quarter. A
+production server is sized by its operator.
 
 It also leaves half the machine's cores to queries while an index is built: a
 reindex's HNSW build in parallel workers on a 2-core machine (a leader and 2 workers)
@@ -24,9 +29,9 @@ from typing import Any
 
 MB = 1 << 20
 #: ``shared_buffers`` bounds, and its share of the machine's memory.
-SHARED_BUFFERS_MIN, SHARED_BUFFERS_MAX, SHARED_BUFFERS_SHARE = 128 * MB, 2048 * MB, 1 / 8
-#: ``effective_cache_size``: the planner's guess of what the OS caches.
-CACHE_SHARE = 1 / 2
+SHARED_BUFFERS_MIN, SHARED_BUFFERS_MAX, SHARED_BUFFERS_SHARE = 128 * MB, 8192 * MB, 1 / 4
+#: ``effective_cache_size``: the planner's guess of what its buffers and the OS cache hold.
+CACHE_SHARE = 3 / 4
 WORK_MEM = 16 * MB
 #: The settings that take effect only when the server starts.
 RESTART = frozenset({"shared_buffers"})
