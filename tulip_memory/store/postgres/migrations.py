@@ -367,9 +367,10 @@ def _halfvec_indexes(t: str) -> str:
     ``halfvec_cosine_ops`` (:func:`~tulip_memory.store.postgres.slots.ann_using`): each
     slot at its own column's width, which a reindex may have changed. The build is
     sized as a reindex's (``reindexer.build_resources``: 2 bytes a dimension and the
-    neighbour lists, between 64 MB and 4 GB); the tables are locked until the
-    migration commits (200,000 rows of 384 dimensions: about N s each, see the
-    README)."""
+    neighbour lists, between 64 MB and 4 GB), in the server's parallel maintenance
+    workers. The tables are locked until the migration commits: ``bench/recall.py``'s
+    200,000 memories and 220,100 turns of 384 dimensions took 269 s on 2 cores (no
+    parallel workers there, see :mod:`tulip_ops.dev.server_settings`)."""
     return f"""DO $do$
         DECLARE
             r record;

@@ -15,9 +15,9 @@ scope's row count, kept exact by triggers in ``<table>_ns_stats`` /
 - the server can run it: pgvector >= 0.8 (iterative index scans);
 - the scope holds at least :data:`INDEX_MIN_ROWS` rows;
 - an iterative scan can be expected to find the candidates before it stops (the
-  scope is at least ``2 * candidates / max_scan_tuples`` of the table, its planner
+  scope is at least ``2 * ef_search / max_scan_tuples`` of the table, its planner
   estimate ``pg_class.reltuples``; the HNSW index spans every tenant), and cheaper
-  than the exact scan: it reads about ``candidates / share`` tuples, each
+  than the exact scan: it reads about ``ef_search / share`` tuples, each
   :data:`SCAN_COST_RATIO` times a row of the exact path (see :func:`choose`).
 
 When the scan still comes back short (the scope's vectors are rarer in the index
@@ -55,7 +55,7 @@ see the README for the command): the exact path costs about 8 us per row of the 
 not the rows). They cross near 2,500 rows for a scope that is most of its table:
 :data:`INDEX_MIN_ROWS`. A scope that is a small share of a big table pays for the
 other scopes' rows its iterative scan reads and filters out, so it stays exact up to
-about ``sqrt(SCAN_COST_RATIO * candidates * table_rows)`` rows (12,600 of 200,000;
+about ``sqrt(SCAN_COST_RATIO * ef_search * table_rows)`` rows (12,600 of 200,000;
 28,000 of a million). They were not measured again after the narrow lexical table
 below (a cheaper index path may cross lower); the 1k-10k class, exact, ran at 21-23 ms
 p50 in those runs, 1.0-1.6x PostgresStore's.
@@ -94,19 +94,35 @@ them, 54 ms with them, as above). The same rows on the same server with 6 GB of
 point for a database server; everything fits): the first run after the restart, every
 page read once from the OS, p50 39 / p99 1,007 ms; the next run, the buffers as a
 server in use keeps them, p50 19.5 / p99 26.9 ms (load 1.3-2.8), 100% complete,
-recall@10 0.998. So with the cache fitting, the statement itself is the p99, and its
-largest part is now the HNSW scan (8.6-14.7 ms of the ~20 under EXPLAIN): halfvec
-(below) is the next step for the target of 20 ms. The embedded server's sizing
-(1/8 of the memory, at most 2 GB) was left as it is: it is every helper's dev, test
-and bench server, and a bigger default is the operator's call for a deployment.
+recall@10 0.998. So with the cache fitting, the statement itself was the p99, and its
+largest part the HNSW scan (8.6-14.7 ms of the ~20 under EXPLAIN).
+
+Then (migration 19 and after): the HNSW indexes hold each slot as ``halfvec(dim)``
+(``slots.ann_expr``; 223 and 246 MB against 391 and 430 MB for the memories' and the
+turns' graphs, 2.8 GB of tables and indexes in all against 3.1), the index proposes
+``2 * limit`` nearest rows from one pass of ``ef_search`` 40 (:func:`candidates`), and
+the embedded server keeps a quarter of the memory in its buffers. The vector side of
+a warm statement alone: 1.6 ms p50 against 3.0 for 40 candidates. ``bench.recall`` on
+the same rows, this code against the one before, each warm (40 queries a class, load
+1-5 on 2 shared cores):
+
+- 2 GB of buffers: ``search_turns`` 100k+ p50 8.3-9.3 / p99 13.2-15.2 ms against
+  12.6 / 37.1 (29.9 right after the load); memories 100k+ p50 7.5 ms against
+  9.9-13.2, 1.62-1.76x PostgresStore's against 1.17-1.33x (PostgresStore's own p50 went
+  from 8.5-9.9 to 4.3-4.6 ms: its graph now stays in the buffers our smaller ones
+  leave);
+- 6 GB (three runs against two): ``search_turns`` p50 7.6-8.4 / p99 10.6-12.2 ms
+  against 10.5-11.1 / 16.8-19.5; memories 6.7-7.1 ms, 1.70-1.75x PostgresStore's,
+  against 8.8-9.5 ms, 2.16-2.29x. The first run after a restart still reads every
+  page from the OS once (p99 108 ms).
+
+100% complete, recall@10 0.993-1.000 against the exact path, self-hit@10 1.00, in
+every run. The exact path is unchanged (full-precision cosine); the index path
+recomputes each candidate's cosine on the full-precision column, so halfvec only
+moves which rows the graph proposes.
 
 - ``shared_buffers``: the embedded server sizes it from the machine
   (:mod:`tulip_ops.dev.server_settings`); 128 MB -> 1 GB halved the p50.
-- halfvec HNSW (``embedding::halfvec(dim)`` with ``halfvec_cosine_ops``): 246 MB
-  against 430 MB for the turns' graph, the 40 nearest in 6.0 against 7.8 ms p50 warm
-  (30 queries). Not taken here: it changes each slot's index definition, which the
-  reindex builds (``slots.slot_index``); it is the next step for the vector side, now
-  the larger one, mostly for the cache (the graph would fit twice as well).
 - bounding the lexical candidates without a bound: the 100 best by bm25 alone gave
   recall@10 0.62 against the exact path on ``tests/store/test_recall_plan.py``'s
   namespace (ties on bm25 broken by key, not by cosine); with the bound, 1.0.
