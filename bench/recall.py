@@ -24,9 +24,10 @@ Usage: python -m bench.recall [--full] [--rows 100000] [--namespaces 1000]
     [--largest 50000] [--turns 50000] [--queries 40] [--admin-dsn DSN] [--reuse]
 
 ``--full`` is the size users have (1,000,000 rows over 10,000 namespaces, the largest
-100,000, a 200,000-turn namespace); loading it takes hours on two shared cores (most
-of it the HNSW builds), so with ``--admin-dsn`` the tables stay, and a later run with
-``--reuse`` measures the rows already there (the queries are picked from them again).
+100,000, a 200,000-turn namespace); loading it took 25 minutes on two shared cores
+(most of it the three HNSW builds), so with ``--admin-dsn`` the tables stay, and a
+later run with ``--reuse`` measures the rows already there (the queries are picked
+from them again).
 LangGraph runs only where ``langgraph-checkpoint-postgres`` is installed (a bench
 environment of its own, never a dependency of tulip-memory); without it the peer
 columns are left empty. Without ``--admin-dsn`` it runs on an embedded Postgres in a
