@@ -363,38 +363,52 @@ _JOB_READ_COLUMNS = """id, scope, slot, model, spec, api_base, dim, batch, plann
 def _halfvec_indexes(t: str) -> str:
     """Migration 19: every HNSW index of ``t`` and ``<t>_turns`` over a slot's vectors
     (the original slot's from migrations 3 and 12, a reindex's ``<p>_v<job>``) built
-    again, under the same name, on the slot as ``halfvec(width)`` with
-    ``halfvec_cosine_ops`` (:func:`~tulip_memory.store.postgres.slots.ann_using`): each
+    again on the slot as ``halfvec(width)`` with ``halfvec_cosine_ops``
+    (:func:`~tulip_memory.store.postgres.slots.ann_using`), under the same name: each
     slot at its own column's width, which a reindex may have changed. The build is
     sized as a reindex's (``reindexer.build_resources``: 2 bytes a dimension and the
     neighbour lists, between 64 MB and 4 GB), in the server's parallel maintenance
-    workers. The tables are locked until the migration commits: ``bench/recall.py``'s
-    200,000 memories and 220,100 turns of 384 dimensions took 269 s on 2 cores (no
-    parallel workers there, see :mod:`tulip_ops.dev.server_settings`)."""
-    return f"""DO $do$
-        DECLARE
-            r record;
-        BEGIN
-            FOR r IN
-                SELECT i.indexrelid::regclass::text AS idx, c.relname AS name,
+    workers.
+
+    Every new index is built beside the old one first (``CREATE INDEX`` takes a share
+    lock: recall goes on reading the tables, their writes wait), and only then are the
+    old ones dropped and the new ones given their names, which needs the tables to
+    itself from there to the commit, right after: dropping first would have held recall
+    off for the whole build. ``bench/recall.py``'s 200,000 memories and 220,100 turns of
+    384 dimensions took 269 s on 2 cores (no parallel workers there, see
+    :mod:`tulip_ops.dev.server_settings`)."""
+    found = f"""SELECT i.indexrelid AS oid, i.indexrelid::regclass::text AS idx,
+                       c.relname AS name, n.nspname AS nsp,
                        i.indrelid::regclass::text AS tbl,
                        a.attname AS col, a.atttypmod AS dim,
                        greatest(t.reltuples, 0) AS rows
                 FROM pg_index i
                 JOIN pg_class c ON c.oid = i.indexrelid
+                JOIN pg_namespace n ON n.oid = c.relnamespace
                 JOIN pg_class t ON t.oid = i.indrelid
                 JOIN pg_am am ON am.oid = c.relam AND am.amname = 'hnsw'
                 JOIN pg_opclass o ON o.oid = i.indclass[0] AND o.opcname = 'vector_cosine_ops'
                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
                 WHERE i.indrelid IN ('{t}'::regclass, '{t}_turns'::regclass)
-                ORDER BY c.relname
+                ORDER BY c.relname"""
+    return f"""DO $do$
+        DECLARE
+            r record;
+        BEGIN
+            FOR r IN {found}
             LOOP
                 PERFORM set_config('maintenance_work_mem', least(4096, greatest(64,
                     ceil(r.rows * (2 * r.dim + 32 * 8 + 64) * 1.5 / 1048576)))::int || 'MB',
                     true);
-                EXECUTE format('DROP INDEX %s', r.idx);
                 EXECUTE format('CREATE INDEX %I ON %s USING hnsw ((%I::halfvec(%s)) '
-                               'halfvec_cosine_ops)', r.name, r.tbl, r.col, r.dim);
+                               'halfvec_cosine_ops)', 'tulip_m19_' || r.oid, r.tbl, r.col,
+                               r.dim);
+            END LOOP;
+            FOR r IN {found}
+            LOOP
+                EXECUTE format('DROP INDEX %s', r.idx);
+                EXECUTE format('ALTER INDEX %I.%I RENAME TO %I', r.nsp, 'tulip_m19_' || r.oid,
+                               r.name);
             END LOOP;
         END $do$"""
 
