@@ -169,3 +169,21 @@ def test_s3_clients_send_small_bodies_without_waiting_to_continue(s3_endpoint: s
     store.put("large", large)
     assert store.get("small") == small and store.get("large") == large
     assert expects == [None, b"100-continue"]
+
+
+def test_s3_clients_leave_checksums_to_the_objects(s3_endpoint: str) -> None:
+    """No CRC32 computed for a PutObject nor asked for on a GetObject: every object
+    carries its own check (a frame's CRC32, a claim check's sha256)."""
+    client = s3_client(endpoint_url=s3_endpoint, region_name="us-east-1")
+    sent: list[tuple[str, list[str]]] = []
+
+    def record(request: Any, **_: Any) -> None:
+        names = [k.lower() for k in request.headers if k.lower().startswith("x-amz-checksum")]
+        sent.append((request.method, names))
+
+    for operation in ("PutObject", "GetObject"):
+        client.meta.events.register_last(f"before-send.s3.{operation}", record)
+    store = S3ObjectStore(make_bucket(client), "p", client)
+    store.put("k", b"body")
+    assert store.get("k") == b"body"
+    assert sent == [("PUT", []), ("GET", [])]

@@ -15,6 +15,14 @@ server's interim answer, one more round trip per write. For bodies up to
 :data:`EXPECT_CONTINUE_BYTES` (a head, a claim check) the clients built here send the
 body at once (on moto, a 59 KB put p50 11.5 -> 8.3 ms); larger ones keep the header,
 which lets a server refuse them before they are sent.
+
+botocore (1.36 on) also computes a CRC32 of every ``PutObject`` body and asks for and
+checks one on every ``GetObject``. Every object this project writes carries its own
+check, verified on each read (a checkpoint object's frame its CRC32,
+:mod:`tulip_memory.delta.codec`; a claim check its sha256), so the clients built here
+compute and check S3's checksums only where the API requires them (``when_required``):
+less CPU on both sides of every request (on moto, ~0.05 ms of a ~2.4 ms put or get on
+the client, and the server no longer verifies and stores one).
 """
 
 from __future__ import annotations
@@ -53,6 +61,8 @@ def s3_client(
         max_pool_connections=max_pool_connections,
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
     )
     session = boto3.session.Session()
     client = session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=config)
