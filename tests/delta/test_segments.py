@@ -80,6 +80,38 @@ def test_an_append_is_a_tail_patch_and_rewrites_only_the_open_segment() -> None:
     assert_same_as_canonical(states[-1], latest)
 
 
+steps = st.lists(
+    st.tuples(st.sampled_from(["append", "before", "after", "edit", "drop"]), value),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps)
+def test_a_digest_hashed_on_from_the_last_saves_is_the_digest_of_the_bytes(
+    changes: list[tuple[str, Any]],
+) -> None:
+    """Each save hashes on from its base's :class:`~seg.HashMark` where it can (items
+    appended, the fields before the list unchanged): through any run of saves, the
+    digest is still that of the state's canonical bytes."""
+    data: dict[str, Any] = {"a": 0, "m": [1], "n": [2], "z": 0}
+    latest = seg.encode(data, None, 6).latest
+    for change, v in changes:
+        data = dict(data)
+        if change == "append":
+            data["m"] = [*data.get("m", []), v]
+        elif change in ("before", "after"):
+            data["a" if change == "before" else "z"] = v
+        elif change == "edit":
+            data["m"] = [v, *data.get("m", [])[1:]]
+        else:
+            data.pop("m", None)
+        new = seg.encode(data, latest, 6)
+        assert_same_as_canonical(data, new.latest)
+        latest = new.latest
+
+
 def test_equal_but_not_identical_old_items_are_not_taken_for_the_same() -> None:
     base = seg.encode({"messages": [{"n": 1}, {"n": 2}]}, None, 6).latest
     new = seg.encode({"messages": [{"n": 1.0}, {"n": 2}, {"n": 3}]}, base, 6)

@@ -27,6 +27,8 @@ KIND_HEAD = b"H"
 KIND_SEGMENTED_HEAD = b"G"
 KIND_LOG = b"L"
 _HEADER = struct.Struct(">4sccI")
+#: Bytes of a state's digest (blake2b).
+DIGEST_SIZE = 8
 _LENGTH = struct.Struct(">I")
 
 
@@ -52,15 +54,16 @@ def loads(raw: bytes) -> Any:
 
 def digest(raw: bytes) -> str:
     """A short digest of canonical bytes: enough to tell states apart, not a MAC."""
-    return hashlib.blake2b(raw, digest_size=8).hexdigest()
+    return hashlib.blake2b(raw, digest_size=DIGEST_SIZE).hexdigest()
 
 
-def digest_of(pieces: Sequence[bytes]) -> str:
-    """:func:`digest` of the bytes ``pieces`` join to, without joining them."""
-    h = hashlib.blake2b(digest_size=8)
+def hasher(pieces: Sequence[bytes] = ()) -> Any:
+    """The hash of :func:`digest` having taken ``pieces`` (``hexdigest()``: the
+    digest of the bytes they join to), to be fed more or copied."""
+    h = hashlib.blake2b(digest_size=DIGEST_SIZE)
     for piece in pieces:
         h.update(piece)
-    return h.hexdigest()
+    return h
 
 
 def encode_state(data: dict[str, Any]) -> EncodedState:

@@ -18,7 +18,11 @@ common case) encodes the new state once, per top-level field, and then:
 - compresses only each list's open (last) segment: it is rewritten at zlib level 1
   until it holds :func:`seal_size` bytes, then sealed once at the policy's level;
 - yields the exact patch from the old state (a tail per list, a diff of the other
-  fields checked by their bytes), with no second encode of the state.
+  fields checked by their bytes), with no second encode of the state;
+- hashes only what changed for the state's digest: a :class:`Latest` keeps the hash
+  of its bytes up to the end of its first list's items (:class:`HashMark`), and a
+  save that appended to that list, the fields before it unchanged, goes on from a
+  copy of it with the appended bytes and the fields after the list.
 
 Anything else (an edit, a removal, a truncation, no known base) takes the full path:
 every list is encoded and parsed back by chunks and segmented afresh, and the caller
@@ -30,10 +34,10 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from tulip_memory.delta.codec import compress, digest_of, dumps, first_problem, loads
+from tulip_memory.delta.codec import compress, dumps, first_problem, hasher, loads
 from tulip_memory.delta.diff import Patch, apply, diff
 from tulip_memory.delta.errors import CorruptCheckpointError, StateNotSerializableError
 from tulip_memory.delta.known import starts_with
@@ -71,12 +75,26 @@ class ListField:
 
 
 @dataclass(frozen=True)
+class HashMark:
+    """The digest's hash of a state's bytes up to the end of the items of its first
+    list in key order (``key``): ``before``, the pieces before that list's bytes, then
+    the list's bytes but its closing ``]`` (``size`` of them). Never updated: a digest
+    goes on from a copy."""
+
+    key: str
+    before: tuple[bytes, ...]
+    size: int
+    hasher: Any
+
+
+@dataclass(frozen=True)
 class Latest:
     """A thread's latest state as a head stores it.
 
     ``values`` holds the parsed fields other than :attr:`lists` and ``fields`` their
     canonical bytes; every parsed value here is this module's own (parsed from
-    bytes), never the caller's, so a cached Latest cannot change under it.
+    bytes), never the caller's, so a cached Latest cannot change under it. ``mark``:
+    where the next state's digest can start from (None without lists).
     """
 
     values: dict[str, Any]
@@ -84,6 +102,7 @@ class Latest:
     lists: dict[str, ListField]
     digest: str
     size: int
+    mark: HashMark | None = field(default=None, compare=False, repr=False)
 
     @property
     def data(self) -> dict[str, Any]:
@@ -135,6 +154,7 @@ def encode(
     grown = base is not None and sorted(base.lists) == list_keys
     lists: dict[str, ListField] = {}
     pieces: dict[str, Patch] = {}
+    kept: set[str] = set()  # lists that are base's with items appended, or base's
     for key in list_keys:
         old = base.lists[key] if base is not None and grown else None
         appended: tuple[ListField, Patch | None] | None
@@ -148,9 +168,11 @@ def encode(
                 lists[key] = _fresh(data[key], new_raw, key, level)
                 continue
         lists[key], piece = appended
+        kept.add(key)
         if piece is not None:
             pieces[key] = piece
-    latest = Latest(values, fields, lists, *_digest(fields, lists))
+    mark = base.mark if base is not None and base.mark and base.mark.key in kept else None
+    latest = Latest(values, fields, lists, *_digest(fields, lists, mark))
     patch = _patch(base, latest, pieces) if grown and base is not None else None
     return Encoded(latest, patch)
 
@@ -301,10 +323,32 @@ def _pieces(fields: dict[str, bytes], lists: dict[str, ListField]) -> list[bytes
     return out
 
 
-def _digest(fields: dict[str, bytes], lists: dict[str, ListField]) -> tuple[str, int]:
-    """The digest and size of the state's canonical bytes, without joining them."""
+def _digest(
+    fields: dict[str, bytes], lists: dict[str, ListField], mark: HashMark | None = None
+) -> tuple[str, int, HashMark | None]:
+    """The digest and size of the state's canonical bytes, without joining them, and
+    its :class:`HashMark`. ``mark``, the base's, when its list is the base's one
+    with items appended (or as it was): hashing goes on from it when the pieces
+    before that list are the same."""
     pieces = _pieces(fields, lists)
-    return digest_of(pieces), sum(map(len, pieces))
+    size = sum(map(len, pieces))
+    if not lists:
+        return str(hasher(pieces).hexdigest()), size, None
+    key = min(lists)
+    raw = lists[key].raw
+    at = 2 + 2 * sorted({*fields, *lists}).index(key)  # the list's piece: see _pieces
+    before = tuple(pieces[:at])
+    if mark is not None and mark.key == key and mark.before == before:
+        h = mark.hasher.copy()
+        h.update(raw[mark.size : -1])  # "," and the appended items (or nothing)
+    else:
+        h = hasher(before)
+        h.update(raw[:-1])
+    new_mark = HashMark(key, before, len(raw) - 1, h.copy())
+    h.update(b"]")
+    for piece in pieces[at + 1 :]:
+        h.update(piece)
+    return str(h.hexdigest()), size, new_mark
 
 
 def decode(key: str, sections: Sequence[bytes]) -> Latest:
