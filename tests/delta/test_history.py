@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tests.delta.conftest import CountingStorage, grow
 from tulip_memory.delta import DeltaCheckpointer, DeltaStorage, InMemoryObjectStorage, Policy
+from tulip_memory.delta.codec import dumps
 from tulip_memory.delta.history import HistoryCache
 from tulip_memory.delta.log import ThreadLog
 from tulip_memory.delta.manifest import Entry
@@ -51,10 +52,13 @@ async def test_a_loaded_value_changed_in_place_does_not_change_a_later_load() ->
     log = ThreadLog(storage, "t", Policy(), history=HistoryCache())
     loaded = await log.load(ids[20])
     assert loaded is not None
-    loaded["messages"][0]["content"] = "changed by the caller"  # shared with the cache
+    loaded["messages"][0]["content"] = "changed by the caller"
+    loaded["messages"][1]["metadata"]["deep"] = ["changed too"]
+    loaded["messages"].append(loaded["messages"][0])
     again = await log.load(ids[20])
     assert again is not None and again["messages"][0]["content"] != "changed by the caller"
     assert again == states[20].to_checkpoint()
+    assert dumps(await log.load(ids[21])) == dumps(states[21].to_checkpoint())
 
 
 async def test_a_deleted_checkpoint_is_gone_though_its_objects_are_cached() -> None:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import math
 import zlib
+from dataclasses import replace
 from datetime import timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
 
 from tests.delta.conftest import grow
 from tulip_memory.delta import InMemoryObjectStorage
-from tulip_memory.delta.codec import KIND_HEAD, decode_frame_of
+from tulip_memory.delta.codec import KIND_HEAD, decode_frame_of, digest, dumps
+from tulip_memory.delta.diff import diff
+from tulip_memory.delta.errors import CorruptCheckpointError
 from tulip_memory.delta.layout import (
     Policy,
     append,
@@ -19,6 +23,7 @@ from tulip_memory.delta.layout import (
     flush_level,
     plan_flush,
     read_plan,
+    rebuild,
 )
 from tulip_memory.delta.manifest import (
     Entry,
@@ -139,3 +144,53 @@ def test_a_head_built_on_the_last_ones_manifest_reads_back_the_same() -> None:
         assert section.startswith(b'{"ids":[')
     stored, none, _ = encode_head_onto(m, state, 0, encoder)  # level 0: as it is, no encoder
     assert none is None and decode_head_manifest("k", stored)[0] == m
+
+
+def replayed(states: list[dict[str, Any]]) -> list[tuple[str, Entry]]:
+    """Entries saving ``states`` in turn: the first full, then patches from each one."""
+    sources = [("o", Entry(0, 0, digest(dumps(states[0])), "full", states[0]))]
+    for seq, (old, new) in enumerate(pairwise(states), 1):
+        patch = diff(old, new) or ["{", {}, []]
+        sources.append(("o", Entry(seq, 0, digest(dumps(new)), "delta", patch)))
+    return sources
+
+
+def test_a_rebuilt_states_digest_hashes_appended_lists_from_their_entries() -> None:
+    """Appends, then an edit, a removal and a re-add of the list, a field turned into a
+    list, appends again: each checkpoint rebuilds exactly and passes its digest."""
+    a: dict[str, Any] = {"messages": [{"n": 0}], "x": 1}
+    states = [a]
+    for change in [
+        lambda s: {**s, "messages": [*s["messages"], {"n": 1}, "é\ud800"]},
+        lambda s: {**s, "messages": [*s["messages"], []], "x": 2},
+        lambda s: {**s, "messages": [{"n": 9}, *s["messages"][1:]]},  # an edit
+        lambda s: {**s, "messages": [*s["messages"], {"n": 3}]},
+        lambda s: {k: v for k, v in s.items() if k != "messages"},  # removed
+        lambda s: {**s, "messages": [{"n": 4}]},  # back, as a new value
+        lambda s: {**s, "messages": [*s["messages"], {"n": 5}], "x": [1]},
+        lambda s: {**s, "x": [*s["x"], 2.0], "a": []},
+        lambda s: {**s, "a": [0], "messages": [*s["messages"], 1.5]},
+    ]:
+        states.append(change(states[-1]))
+    sources = replayed(states)
+    for seq, state in enumerate(states):
+        assert dumps(rebuild(sources, seq)) == dumps(state)
+    one, two = {"messages": [1]}, {"messages": [1, 2]}
+    nothing = ["{", {"messages": ["[", [[0, 1], {"+": []}]]}, []]  # appends no item
+    empty = [
+        ("o", Entry(0, 0, digest(dumps(one)), "full", one)),
+        ("o", Entry(1, 0, digest(dumps(one)), "delta", nothing)),
+        ("o", Entry(2, 0, digest(dumps(two)), "delta", diff(one, two))),
+    ]
+    assert [rebuild(empty, s)["messages"] for s in (0, 1, 2)] == [[1], [1], [1, 2]]
+
+
+def test_an_entry_whose_appended_items_are_not_the_saved_ones_fails_its_digest() -> None:
+    states = [{"messages": [1]}, {"messages": [1, 2]}, {"messages": [1, 2, 3]}]
+    sources = replayed(states)
+    key, bad = sources[1]
+    sources[1] = (key, replace(bad, payload=["{", {"messages": ["[", [[0, 1], {"+": [7]}]]}, []]))
+    assert rebuild(sources, 0) == states[0]
+    for seq in (1, 2):
+        with pytest.raises(CorruptCheckpointError, match="does not match its digest"):
+            rebuild(sources, seq)

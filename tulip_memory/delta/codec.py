@@ -66,6 +66,16 @@ def hasher(pieces: Sequence[bytes] = ()) -> Any:
     return h
 
 
+def object_pieces(parts: dict[str, bytes]) -> list[bytes]:
+    """The canonical bytes of an object whose values' bytes are ``parts``, in pieces:
+    ``{``, each key and value in key order, ``}`` (what :func:`dumps` joins)."""
+    out = [b"{"]
+    for i, k in enumerate(sorted(parts)):
+        out += [b"," + dumps(k) + b":" if i else dumps(k) + b":", parts[k]]
+    out.append(b"}")
+    return out
+
+
 def encode_state(data: dict[str, Any]) -> EncodedState:
     """The canonical form of ``data``, refusing what would not load back equal.
 

@@ -180,13 +180,17 @@ def _is_range(piece: Any, size: int) -> bool:
     )
 
 
-def apply_owned(state: dict[str, Any], patch: Patch, owned: set[str]) -> dict[str, Any]:
+def apply_owned(
+    state: dict[str, Any], patch: Patch, owned: set[str], appended: set[str] | None = None
+) -> dict[str, Any]:
     """:func:`apply` onto a state dict the caller owns, in place where it can.
 
     ``owned`` names the top-level lists the caller made (it starts empty): a patch
     appending to one extends it in place, so replaying n appends costs their items,
     not n copies of the list. The result is ``state`` itself unless the patch
-    replaces the whole value; ``owned`` is updated to match.
+    replaces the whole value; ``owned`` is updated to match. ``appended``, when
+    given, gets the keys whose lists the patch only appended to (its
+    :func:`tail_items`).
     """
     if not (isinstance(patch, list) and len(patch) == 3 and patch[0] == "{"):
         owned.clear()
@@ -209,6 +213,8 @@ def apply_owned(state: dict[str, Any], patch: Patch, owned: set[str]) -> dict[st
                 state[key] = list(state[key])
                 owned.add(key)
             state[key].extend(tail)
+            if appended is not None:
+                appended.add(key)
         elif key in state:
             state[key] = apply(state[key], sub)
             owned.discard(key)
@@ -222,13 +228,26 @@ def apply_owned(state: dict[str, Any], patch: Patch, owned: set[str]) -> dict[st
 
 def _appended(old: Any, sub: Any) -> list[Any] | None:
     """The items ``sub`` appends to the list ``old``, if that is all it does."""
-    if not (isinstance(old, list) and isinstance(sub, list) and len(sub) == 2 and sub[0] == "["):
+    if not isinstance(old, list):
+        return None
+    found = tail_items(sub)
+    if found is None or found[0] != len(old):
+        return None
+    return found[1]
+
+
+def tail_items(sub: Any) -> tuple[int, list[Any]] | None:
+    """``(k, items)`` when ``sub`` is the patch appending ``items`` to a list of ``k``
+    items, else None."""
+    if not (isinstance(sub, list) and len(sub) == 2 and sub[0] == "["):
         return None
     pieces = sub[1]
-    if not (isinstance(pieces, list) and len(pieces) == 2 and pieces[0] == [0, len(old)]):
+    if not (isinstance(pieces, list) and len(pieces) == 2):
         return None
-    added = pieces[1]
+    kept, added = pieces
+    if not (isinstance(kept, list) and len(kept) == 2 and kept[0] == 0 and type(kept[1]) is int):
+        return None
     if not (isinstance(added, dict) and len(added) == 1 and isinstance(added.get("+"), list)):
         return None
     items: list[Any] = added["+"]
-    return items
+    return kept[1], items

@@ -7,12 +7,14 @@ History objects are immutable: a name (level, range and a random nonce, see
 (a rewrite takes a new nonce), so a cached object is used as long as the manifest
 still names it with the size it was read at; nothing else is checked before use. What
 is rebuilt from cached objects is still checked against the digest saved with the
-checkpoint, and a mismatch (a caller that changed a loaded value in place, which the
-rebuilt state shares with the cache) reads the objects again from storage.
+checkpoint (a load hands out a copy, so no caller can change cached entries through
+it), and a mismatch reads the objects again from storage.
 
 A bounded LRU, in memory, per :class:`~tulip_memory.delta.DeltaCheckpointer`: at most
 ``max_bytes`` of canonical JSON (default 8 MiB; the parsed entries take a few times
-that in Python objects; an object larger than ``max_bytes`` is not kept).
+that in Python objects, and an entry once replayed also keeps the bytes of the items
+it appends, :attr:`~tulip_memory.delta.manifest.Entry.list_bytes`, about its share of
+that JSON again; an object larger than ``max_bytes`` is not kept).
 :meth:`~tulip_memory.delta.cache.Scoped.scoped` gives a view for another namespace
 of keys (a tenant's) within the same budget.
 """

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from tulip_memory.delta.codec import compress, digest, dumps
+from tulip_memory.delta.codec import compress, dumps, hasher, object_pieces
 from tulip_memory.delta.diff import Patch, PatchError, apply, apply_owned, diff
 from tulip_memory.delta.errors import CorruptCheckpointError
 from tulip_memory.delta.manifest import (
@@ -321,20 +321,25 @@ def rebuild(sources: Sequence[tuple[str, Entry]], seq: int) -> dict[str, Any]:
 
     Raises :class:`CorruptCheckpointError` naming the object at fault: a patch that
     does not apply, a missing entry, or a result that does not match its digest.
+    The digest is of the state's canonical bytes, its lists hashed from the bytes of
+    the entries that built them (:attr:`Entry.list_bytes`) where those entries only
+    appended: a state shares its items with the entries, so a caller that changed
+    one in place must be handed a copy (as :meth:`ThreadLog.load` does).
     """
     state: Any = None
     owned: set[str] = set()
+    runs: dict[str, list[bytes]] = {}
     target: tuple[str, Entry] | None = None
     for key, entry in sorted(sources, key=lambda s: s[1].seq):
         if entry.seq > seq:
             break
-        state = _step(state, key, entry, owned)
+        state = _step(state, key, entry, owned, runs)
         if entry.seq == seq:
             target = (key, entry)
     if target is None:
         raise CorruptCheckpointError(sources[-1][0] if sources else "?", f"entry {seq} is missing")
     key, entry = target
-    if not isinstance(state, dict) or digest(dumps(state)) != entry.digest:
+    if not isinstance(state, dict) or _digest_of(state, runs) != entry.digest:
         bases = sorted({k for k, _ in sources})
         raise CorruptCheckpointError(
             key, f"rebuilt state does not match its digest (read from {', '.join(bases)})"
@@ -342,20 +347,56 @@ def rebuild(sources: Sequence[tuple[str, Entry]], seq: int) -> dict[str, Any]:
     return state
 
 
-def _step(state: Any, key: str, entry: Entry, owned: set[str]) -> Any:
+def _step(state: Any, key: str, entry: Entry, owned: set[str], runs: dict[str, list[bytes]]) -> Any:
     """The state after ``entry``: a copy of a full one, or patched (appends in place,
-    onto lists this rebuild made, never onto a payload)."""
+    onto lists this rebuild made, never onto a payload). ``runs``: the canonical bytes
+    of the items of each list built only by appends since the last full entry."""
     if entry.kind == "full":
         owned.clear()
+        runs.clear()
+        runs.update({k: [b] if b else [] for k, b in entry.list_bytes.items()})
         return dict(entry.payload) if isinstance(entry.payload, dict) else entry.payload
     if state is None:
         raise CorruptCheckpointError(key, f"entry {entry.seq} is a delta without a base")
     try:
         if isinstance(state, dict):
-            return apply_owned(state, entry.payload, owned)
+            appended: set[str] = set()
+            state = apply_owned(state, entry.payload, owned, appended)
+            _track(runs, entry, appended)
+            return state
+        runs.clear()
         return apply(state, entry.payload)
     except PatchError as e:
         raise CorruptCheckpointError(key, f"entry {entry.seq}: {e}") from e
+
+
+def _track(runs: dict[str, list[bytes]], entry: Entry, appended: set[str]) -> None:
+    """``runs`` after ``entry``: the lists it appended to grow by its bytes; any other
+    key it touched is no longer known by its runs."""
+    patch = entry.payload
+    if not (isinstance(patch, list) and len(patch) == 3 and patch[0] == "{"):
+        runs.clear()  # the whole state replaced
+        return
+    for k in [*patch[1], *patch[2]]:
+        run = runs.get(k)
+        if run is not None and k in appended:
+            tail = entry.list_bytes.get(k)
+            if tail is None:
+                del runs[k]
+            elif tail:
+                run.append(tail)
+        else:
+            runs.pop(k, None)
+
+
+def _digest_of(state: dict[str, Any], runs: dict[str, list[bytes]]) -> str:
+    """The digest of ``state``'s canonical bytes, its lists with known ``runs`` from
+    those, the rest encoded."""
+    parts = {
+        k: b"[" + b",".join(runs[k]) + b"]" if k in runs and isinstance(v, list) else dumps(v)
+        for k, v in state.items()
+    }
+    return str(hasher(object_pieces(parts)).hexdigest())
 
 
 def metadata(m: Manifest, entry: Entry, thread_id: str, level: int) -> CheckpointMetadata:

@@ -9,6 +9,7 @@ objects, never a head that points at nothing.
 from __future__ import annotations
 
 import logging
+import marshal
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -158,19 +159,23 @@ class ThreadLog:
 
     async def _rebuild(self, manifest: Manifest, seq: int) -> dict[str, Any]:
         """Checkpoint ``seq``, from cached objects where it can; when what it rebuilds
-        from them fails its digest, read again from storage."""
+        from them fails its digest, read again from storage. The state is the caller's
+        own copy: what it was rebuilt from (cached entries) cannot change under a
+        caller that changes it in place (a ``marshal`` round trip, a third of the
+        cost of encoding it)."""
         plan = read_plan(manifest, seq)
         try:
-            return rebuild(await self._sources(plan), seq)
+            return _copy(rebuild(await self._sources(plan), seq))
         except CorruptCheckpointError:
             keys = [self.keys.log(r.name) for r in plan.objects]
             if self.history is None or not self.history.forget(keys):
                 raise
-        return rebuild(await self._sources(plan), seq)
+        return _copy(rebuild(await self._sources(plan), seq))
 
     async def _sources(self, plan: ReadPlan) -> list[tuple[str, Entry]]:
         groups = await self._groups(plan.objects)
-        sources = [(self.keys.log(ref.name), e) for ref, entries in groups for e in entries]
+        keyed = ((self.keys.log(ref.name), entries) for ref, entries in groups)
+        sources = [(key, e) for key, entries in keyed for e in entries]
         return sources + [(self.keys.head, e) for e in plan.pending]
 
     async def _groups(self, refs: Sequence[ObjectRef]) -> list[tuple[ObjectRef, list[Entry]]]:
@@ -629,6 +634,13 @@ class ThreadLog:
             await self.storage.write_objects({dest.keys.head: data})
             return True
         raise CorruptCheckpointError(self.keys.head, "history keeps changing under a copy")
+
+
+def _copy(state: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a JSON value (``marshal`` keeps key order, floats and lone
+    surrogates exactly; in process only, never stored)."""
+    copied: dict[str, Any] = marshal.loads(marshal.dumps(state))  # noqa: S302 - just written
+    return copied
 
 
 def _state_data(

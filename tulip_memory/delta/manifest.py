@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -31,6 +32,7 @@ from tulip_memory.delta.codec import (
     dumps,
     encode_frame,
 )
+from tulip_memory.delta.diff import tail_items
 from tulip_memory.delta.errors import CorruptCheckpointError
 from tulip_memory.delta.segments import decode_data
 
@@ -69,6 +71,23 @@ class Entry:
     @property
     def raw_size(self) -> int:
         return self.size if self.size >= 0 else len(dumps(self.payload))
+
+    @functools.cached_property
+    def list_bytes(self) -> dict[str, bytes]:
+        """The canonical bytes (items joined by ``,``) of what this entry gives the
+        state's top-level lists: each list of a full entry, and the items a delta
+        only appends to a list (:func:`~tulip_memory.delta.diff.tail_items`).
+        Computed once and kept with the entry (the history cache keeps entries), so
+        that replaying entries can hash a state's lists without encoding them again."""
+        payload = self.payload
+        if self.kind == "full" and isinstance(payload, dict):
+            lists = {k: v for k, v in payload.items() if isinstance(v, list)}
+        elif isinstance(payload, list) and len(payload) == 3 and isinstance(payload[1], dict):
+            tails = ((k, tail_items(sub)) for k, sub in payload[1].items())
+            lists = {k: t[1] for k, t in tails if t is not None}
+        else:
+            lists = {}
+        return {k: dumps(v)[1:-1] for k, v in lists.items()}
 
     def to_json(self) -> dict[str, Any]:
         return {

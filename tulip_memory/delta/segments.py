@@ -37,7 +37,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from tulip_memory.delta.codec import compress, dumps, first_problem, hasher, loads
+from tulip_memory.delta.codec import (
+    compress,
+    dumps,
+    first_problem,
+    hasher,
+    loads,
+    object_pieces,
+)
 from tulip_memory.delta.diff import Patch, apply, diff
 from tulip_memory.delta.errors import CorruptCheckpointError, StateNotSerializableError
 from tulip_memory.delta.known import starts_with
@@ -315,12 +322,7 @@ def _assemble(fields: dict[str, bytes], lists: dict[str, ListField]) -> bytes:
 def _pieces(fields: dict[str, bytes], lists: dict[str, ListField]) -> list[bytes]:
     """The canonical bytes of a state, in pieces: ``{``, each field's key and value in
     key order, ``}``."""
-    parts = {**fields, **{k: f.raw for k, f in lists.items()}}
-    out = [b"{"]
-    for i, k in enumerate(sorted(parts)):
-        out += [b"," + dumps(k) + b":" if i else dumps(k) + b":", parts[k]]
-    out.append(b"}")
-    return out
+    return object_pieces({**fields, **{k: f.raw for k, f in lists.items()}})
 
 
 def _digest(
