@@ -14,7 +14,10 @@ A bounded LRU, in memory, per :class:`~tulip_memory.delta.DeltaCheckpointer`: at
 ``max_bytes`` of canonical JSON (default 8 MiB; the parsed entries take a few times
 that in Python objects, and an entry once replayed also keeps the bytes of the items
 it appends, :attr:`~tulip_memory.delta.manifest.Entry.list_bytes`, about its share of
-that JSON again; an object larger than ``max_bytes`` is not kept).
+that JSON again, and every :data:`~tulip_memory.delta.layout.REPLAY_MARK_EVERY`-th
+entry and the last of each object the state a replay reached there, its lists by
+reference: 8 bytes an item, and items of objects since evicted stay alive with it;
+an object larger than ``max_bytes`` is not kept).
 :meth:`~tulip_memory.delta.cache.Scoped.scoped` gives a view for another namespace
 of keys (a tenant's) within the same budget.
 """

@@ -316,6 +316,12 @@ def holders(m: Manifest, seqs: Iterable[int]) -> tuple[ObjectRef, ...]:
     return tuple(found)
 
 
+#: A replay keeps the state it reached (its lists' items by reference) with the
+#: entry it reached it at, every this many entries and at the end of each object, so
+#: rebuilding a later checkpoint from the same cached entries starts from there.
+REPLAY_MARK_EVERY = 32
+
+
 def rebuild(sources: Sequence[tuple[str, Entry]], seq: int) -> dict[str, Any]:
     """The state of checkpoint ``seq`` from its epoch's entries (keyed by object).
 
@@ -324,18 +330,35 @@ def rebuild(sources: Sequence[tuple[str, Entry]], seq: int) -> dict[str, Any]:
     The digest is of the state's canonical bytes, its lists hashed from the bytes of
     the entries that built them (:attr:`Entry.list_bytes`) where those entries only
     appended: a state shares its items with the entries, so a caller that changed
-    one in place must be handed a copy (as :meth:`ThreadLog.load` does).
+    one in place must be handed a copy (as :meth:`ThreadLog.load` does). The replay
+    starts from the latest state an earlier replay kept with an entry up to ``seq``
+    (:data:`REPLAY_MARK_EVERY`); the digest checks the result either way.
     """
+    ordered = sorted(sources, key=lambda s: s[1].seq)
+    start = 0
+    for i, (_, entry) in enumerate(ordered):
+        if entry.seq > seq:
+            break
+        if "state" in entry.replayed:
+            start = i
     state: Any = None
     owned: set[str] = set()
     runs: dict[str, list[bytes]] = {}
     target: tuple[str, Entry] | None = None
-    for key, entry in sorted(sources, key=lambda s: s[1].seq):
+    if ordered and "state" in ordered[start][1].replayed:
+        state, owned, runs = _resume(ordered[start][1].replayed)
+        if ordered[start][1].seq == seq:
+            target = ordered[start]
+        start += 1
+    for i in range(start, len(ordered)):
+        key, entry = ordered[i]
         if entry.seq > seq:
             break
         state = _step(state, key, entry, owned, runs)
         if entry.seq == seq:
             target = (key, entry)
+        elif (i + 1) % REPLAY_MARK_EVERY == 0 or i + 1 == len(ordered) or ordered[i + 1][0] != key:
+            _keep(entry, state, runs)
     if target is None:
         raise CorruptCheckpointError(sources[-1][0] if sources else "?", f"entry {seq} is missing")
     key, entry = target
@@ -345,6 +368,24 @@ def rebuild(sources: Sequence[tuple[str, Entry]], seq: int) -> dict[str, Any]:
             key, f"rebuilt state does not match its digest (read from {', '.join(bases)})"
         )
     return state
+
+
+def _keep(entry: Entry, state: Any, runs: dict[str, list[bytes]]) -> None:
+    """The state after ``entry`` kept with it (lists copied: the replay extends its own)."""
+    if isinstance(state, dict) and "state" not in entry.replayed:
+        kept = {k: list(v) if isinstance(v, list) else v for k, v in state.items()}
+        entry.replayed.update(state=kept, runs={k: list(r) for k, r in runs.items()})
+
+
+def _resume(
+    replayed: dict[str, Any],
+) -> tuple[dict[str, Any], set[str], dict[str, list[bytes]]]:
+    """A replay's state, owned lists and runs from what :func:`_keep` kept."""
+    kept: dict[str, Any] = replayed["state"]
+    state = {k: list(v) if isinstance(v, list) else v for k, v in kept.items()}
+    owned = {k for k, v in state.items() if isinstance(v, list)}
+    runs: dict[str, list[bytes]] = replayed["runs"]
+    return state, owned, {k: list(r) for k, r in runs.items()}
 
 
 def _step(state: Any, key: str, entry: Entry, owned: set[str], runs: dict[str, list[bytes]]) -> Any:

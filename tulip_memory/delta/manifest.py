@@ -59,6 +59,8 @@ class Entry:
     """One checkpoint in the history (its id lives in the manifest, not here).
 
     ``size`` is the payload's canonical JSON size when known (-1: computed on demand).
+    ``replayed``: what replaying the history up to this entry left, kept with it
+    (:func:`~tulip_memory.delta.layout.rebuild`; not part of its value).
     """
 
     seq: int
@@ -67,6 +69,7 @@ class Entry:
     kind: Kind
     payload: Any
     size: int = field(default=-1, compare=False)
+    replayed: dict[str, Any] = field(init=False, default_factory=dict, compare=False, repr=False)
 
     @property
     def raw_size(self) -> int:
