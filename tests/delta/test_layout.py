@@ -192,10 +192,11 @@ def test_an_entry_whose_appended_items_are_not_the_saved_ones_fails_its_digest()
     sources = replayed(states)
     key, bad = sources[1]
     sources[1] = (key, replace(bad, payload=["{", {"messages": ["[", [[0, 1], {"+": [7]}]]}, []]))
-    assert rebuild(sources, 0) == states[0]
-    for seq in (1, 2):
-        with pytest.raises(CorruptCheckpointError, match="does not match its digest"):
-            rebuild(sources, seq)
+    for reused in (False, True):  # the state encoded, or its lists hashed from entries
+        assert rebuild(sources, 0, reused=reused) == states[0]
+        for seq in (1, 2):
+            with pytest.raises(CorruptCheckpointError, match="does not match its digest"):
+                rebuild(sources, seq, reused=reused)
 
 
 def test_rebuilds_that_start_from_an_earlier_replay_are_exact() -> None:
@@ -210,6 +211,9 @@ def test_rebuilds_that_start_from_an_earlier_replay_are_exact() -> None:
     sources = [(f"o{min(e.seq // 50, 2)}", e) for _, e in entries]  # three objects
     order = [*range(149, -1, -7), *range(150), 75, 149, 0]
     random.Random(3).shuffle(order)
+    for seq in order:
+        assert dumps(rebuild(sources, seq, reused=False)) == dumps(states[seq])
+    assert not any(e.replayed for _, e in sources)  # entries no cache keeps: nothing kept
     for seq in order:
         assert dumps(rebuild(sources, seq)) == dumps(states[seq])
     assert sum("state" in e.replayed for _, e in sources) >= 150 // REPLAY_MARK_EVERY

@@ -322,7 +322,9 @@ def holders(m: Manifest, seqs: Iterable[int]) -> tuple[ObjectRef, ...]:
 REPLAY_MARK_EVERY = 32
 
 
-def rebuild(sources: Sequence[tuple[str, Entry]], seq: int) -> dict[str, Any]:
+def rebuild(
+    sources: Sequence[tuple[str, Entry]], seq: int, *, reused: bool = True
+) -> dict[str, Any]:
     """The state of checkpoint ``seq`` from its epoch's entries (keyed by object).
 
     Raises :class:`CorruptCheckpointError` naming the object at fault: a patch that
@@ -332,7 +334,9 @@ def rebuild(sources: Sequence[tuple[str, Entry]], seq: int) -> dict[str, Any]:
     appended: a state shares its items with the entries, so a caller that changed
     one in place must be handed a copy (as :meth:`ThreadLog.load` does). The replay
     starts from the latest state an earlier replay kept with an entry up to ``seq``
-    (:data:`REPLAY_MARK_EVERY`); the digest checks the result either way.
+    (:data:`REPLAY_MARK_EVERY`); the digest checks the result either way. With
+    ``reused=False`` (entries read for this rebuild alone, no cache keeps them) it
+    keeps nothing with them and encodes the state for its digest.
     """
     ordered = sorted(sources, key=lambda s: s[1].seq)
     start = 0
@@ -343,7 +347,7 @@ def rebuild(sources: Sequence[tuple[str, Entry]], seq: int) -> dict[str, Any]:
             start = i
     state: Any = None
     owned: set[str] = set()
-    runs: dict[str, list[bytes]] = {}
+    runs: dict[str, list[bytes]] | None = {} if reused else None
     target: tuple[str, Entry] | None = None
     if ordered and "state" in ordered[start][1].replayed:
         state, owned, runs = _resume(ordered[start][1].replayed)
@@ -357,17 +361,23 @@ def rebuild(sources: Sequence[tuple[str, Entry]], seq: int) -> dict[str, Any]:
         state = _step(state, key, entry, owned, runs)
         if entry.seq == seq:
             target = (key, entry)
-        elif (i + 1) % REPLAY_MARK_EVERY == 0 or i + 1 == len(ordered) or ordered[i + 1][0] != key:
+        elif runs is not None and _marks(ordered, i):
             _keep(entry, state, runs)
     if target is None:
         raise CorruptCheckpointError(sources[-1][0] if sources else "?", f"entry {seq} is missing")
     key, entry = target
-    if not isinstance(state, dict) or _digest_of(state, runs) != entry.digest:
+    if not isinstance(state, dict) or _digest_of(state, runs or {}) != entry.digest:
         bases = sorted({k for k, _ in sources})
         raise CorruptCheckpointError(
             key, f"rebuilt state does not match its digest (read from {', '.join(bases)})"
         )
     return state
+
+
+def _marks(ordered: Sequence[tuple[str, Entry]], i: int) -> bool:
+    """Whether a replay keeps the state it reached at ``ordered[i]``."""
+    last = i + 1 == len(ordered) or ordered[i + 1][0] != ordered[i][0]
+    return last or (i + 1) % REPLAY_MARK_EVERY == 0
 
 
 def _keep(entry: Entry, state: Any, runs: dict[str, list[bytes]]) -> None:
@@ -388,14 +398,18 @@ def _resume(
     return state, owned, {k: list(r) for k, r in runs.items()}
 
 
-def _step(state: Any, key: str, entry: Entry, owned: set[str], runs: dict[str, list[bytes]]) -> Any:
+def _step(
+    state: Any, key: str, entry: Entry, owned: set[str], runs: dict[str, list[bytes]] | None
+) -> Any:
     """The state after ``entry``: a copy of a full one, or patched (appends in place,
     onto lists this rebuild made, never onto a payload). ``runs``: the canonical bytes
-    of the items of each list built only by appends since the last full entry."""
+    of the items of each list built only by appends since the last full entry (None:
+    not tracked)."""
     if entry.kind == "full":
         owned.clear()
-        runs.clear()
-        runs.update({k: [b] if b else [] for k, b in entry.list_bytes.items()})
+        if runs is not None:
+            runs.clear()
+            runs.update({k: [b] if b else [] for k, b in entry.list_bytes.items()})
         return dict(entry.payload) if isinstance(entry.payload, dict) else entry.payload
     if state is None:
         raise CorruptCheckpointError(key, f"entry {entry.seq} is a delta without a base")
@@ -403,9 +417,11 @@ def _step(state: Any, key: str, entry: Entry, owned: set[str], runs: dict[str, l
         if isinstance(state, dict):
             appended: set[str] = set()
             state = apply_owned(state, entry.payload, owned, appended)
-            _track(runs, entry, appended)
+            if runs is not None:
+                _track(runs, entry, appended)
             return state
-        runs.clear()
+        if runs is not None:
+            runs.clear()
         return apply(state, entry.payload)
     except PatchError as e:
         raise CorruptCheckpointError(key, f"entry {entry.seq}: {e}") from e

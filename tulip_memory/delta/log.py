@@ -164,13 +164,19 @@ class ThreadLog:
         caller that changes it in place (a ``marshal`` round trip, a third of the
         cost of encoding it)."""
         plan = read_plan(manifest, seq)
+        reused = self._caches_history
         try:
-            return _copy(rebuild(await self._sources(plan), seq))
+            return _copy(rebuild(await self._sources(plan), seq, reused=reused))
         except CorruptCheckpointError:
             keys = [self.keys.log(r.name) for r in plan.objects]
             if self.history is None or not self.history.forget(keys):
                 raise
-        return _copy(rebuild(await self._sources(plan), seq))
+        return _copy(rebuild(await self._sources(plan), seq, reused=reused))
+
+    @property
+    def _caches_history(self) -> bool:
+        """Whether history objects read are kept (so are what replays keep with them)."""
+        return self.history is not None and self.history.max_bytes > 0
 
     async def _sources(self, plan: ReadPlan) -> list[tuple[str, Entry]]:
         groups = await self._groups(plan.objects)
