@@ -113,3 +113,19 @@ async def test_objects_a_merge_retires_leave_the_cache() -> None:
     assert await cp.load("t", ids[20]) == states[20]
     assert await cp.delete("t")
     assert len(cp.history_cache) == 0
+
+
+async def test_without_a_history_cache_a_changed_load_changes_nothing_either() -> None:
+    """The writer's head keeps its newest entries (pending, written again by the next
+    save): a state rebuilt from them is a copy too."""
+    cp = DeltaCheckpointer(InMemoryObjectStorage(), history_cache=HistoryCache(0))
+    states = grow(40)
+    ids = [await cp.save(s, "t") for s in states]
+    log = ThreadLog(cp.storage, "t", cp.policy, cp.latest_cache, cp.history_cache)
+    for n in (38, 10):  # among the head's pending entries, then from objects
+        loaded = await log.load(ids[n])
+        assert loaded is not None
+        loaded["messages"][-1]["metadata"]["deep"] = ["changed by the caller"]
+        assert await cp.load("t", ids[n]) == states[n]
+    await cp.save(grow(41)[-1], "t")
+    assert await cp.load("t", ids[38]) == states[38]

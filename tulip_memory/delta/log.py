@@ -165,13 +165,16 @@ class ThreadLog:
         cost of encoding it)."""
         plan = read_plan(manifest, seq)
         reused = self._caches_history
+        # Entries nothing keeps (no history cache; pending ones are in a cached head's
+        # manifest, which the next save writes) make a state that is the caller's.
+        own = _copy if reused or plan.pending else _same
         try:
-            return _copy(rebuild(await self._sources(plan), seq, reused=reused))
+            return own(rebuild(await self._sources(plan), seq, reused=reused))
         except CorruptCheckpointError:
             keys = [self.keys.log(r.name) for r in plan.objects]
             if self.history is None or not self.history.forget(keys):
                 raise
-        return _copy(rebuild(await self._sources(plan), seq, reused=reused))
+        return own(rebuild(await self._sources(plan), seq, reused=reused))
 
     @property
     def _caches_history(self) -> bool:
@@ -647,6 +650,10 @@ def _copy(state: dict[str, Any]) -> dict[str, Any]:
     surrogates exactly; in process only, never stored)."""
     copied: dict[str, Any] = marshal.loads(marshal.dumps(state))  # noqa: S302 - just written
     return copied
+
+
+def _same(state: dict[str, Any]) -> dict[str, Any]:
+    return state
 
 
 def _state_data(
