@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 import zlib
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from itertools import pairwise
@@ -162,7 +163,7 @@ def test_a_rebuilt_states_digest_hashes_appended_lists_from_their_entries() -> N
     list, appends again: each checkpoint rebuilds exactly and passes its digest."""
     a: dict[str, Any] = {"messages": [{"n": 0}], "x": 1}
     states = [a]
-    for change in [
+    changes: list[Callable[[dict[str, Any]], dict[str, Any]]] = [
         lambda s: {**s, "messages": [*s["messages"], {"n": 1}, "é\ud800"]},
         lambda s: {**s, "messages": [*s["messages"], []], "x": 2},
         lambda s: {**s, "messages": [{"n": 9}, *s["messages"][1:]]},  # an edit
@@ -172,7 +173,8 @@ def test_a_rebuilt_states_digest_hashes_appended_lists_from_their_entries() -> N
         lambda s: {**s, "messages": [*s["messages"], {"n": 5}], "x": [1]},
         lambda s: {**s, "x": [*s["x"], 2.0], "a": []},
         lambda s: {**s, "a": [0], "messages": [*s["messages"], 1.5]},
-    ]:
+    ]
+    for change in changes:
         states.append(change(states[-1]))
     sources = replayed(states)
     for seq, state in enumerate(states):

@@ -44,11 +44,13 @@ Bounds (per load; GETs inside one round trip run concurrently)
 - latest checkpoint: 1 round trip, 1 GET (the head);
 - any older checkpoint: 2 round trips: the head, then at most
   ``D * floor(log_{D+1} n) + 1`` GETs for an epoch of ``n`` entries (16 for
-  ``D = 5`` up to n = 1295), replayed from the epoch's snapshot and checked against
-  the digest saved with the checkpoint. A load that races a merge deleting what it
-  reads re-reads the head: 2 more round trips, at most twice. The objects read are
-  kept decoded (:mod:`~tulip_memory.delta.history`: immutable, so a name the manifest
-  still lists at the same size needs no check), and an old checkpoint whose objects
+  ``D = 5`` up to n = 1295), replayed from the epoch's snapshot (or from a state an
+  earlier replay of the same cached entries kept:
+  :func:`~tulip_memory.delta.layout.rebuild`) and checked against the digest saved
+  with the checkpoint. A load that races a merge deleting what it reads re-reads the
+  head: 2 more round trips, at most twice. The objects read are kept decoded
+  (:mod:`~tulip_memory.delta.history`: immutable, so a name the manifest still lists
+  at the same size needs no check), and an old checkpoint whose objects
   are all kept loads in 1 round trip, the head's GET;
 - a save: 2 round trips (GET head, PUT head); onto the latest state this
   checkpointer saved (kept in a bounded cache, :mod:`~tulip_memory.delta.cache`)
