@@ -384,17 +384,19 @@ def _keep(entry: Entry, state: Any, runs: dict[str, list[bytes]]) -> None:
     """The state after ``entry`` kept with it (lists copied: the replay extends its own)."""
     if isinstance(state, dict) and "state" not in entry.replayed:
         kept = {k: list(v) if isinstance(v, list) else v for k, v in state.items()}
-        entry.replayed.update(state=kept, runs={k: list(r) for k, r in runs.items()})
+        # One assignment: a replay on another thread sees both or neither.
+        entry.replayed["state"] = (kept, {k: list(r) for k, r in runs.items()})
 
 
 def _resume(
     replayed: dict[str, Any],
 ) -> tuple[dict[str, Any], set[str], dict[str, list[bytes]]]:
     """A replay's state, owned lists and runs from what :func:`_keep` kept."""
-    kept: dict[str, Any] = replayed["state"]
+    kept: dict[str, Any]
+    runs: dict[str, list[bytes]]
+    kept, runs = replayed["state"]
     state = {k: list(v) if isinstance(v, list) else v for k, v in kept.items()}
     owned = {k for k, v in state.items() if isinstance(v, list)}
-    runs: dict[str, list[bytes]] = replayed["runs"]
     return state, owned, {k: list(r) for k, r in runs.items()}
 
 
