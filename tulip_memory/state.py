@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tulip_memory.errors import TulipMemoryError
-from tulip_memory.messages import Message
+from tulip_memory.messages import Message, detached
 
 #: Version of the checkpoint shape written by :meth:`AgentState.to_checkpoint`.
 CHECKPOINT_VERSION = 1
@@ -66,9 +66,9 @@ class AgentState:
         try:
             return cls(
                 messages=tuple(Message.from_dict(m) for m in data.get("messages") or ()),
-                tool_executions=dict(data.get("tool_executions") or {}),
+                tool_executions=detached(data.get("tool_executions")),
                 iterations=int(data.get("iterations", 0)),
-                metadata=dict(data.get("metadata") or {}),
+                metadata=detached(data.get("metadata")),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointFormatError(f"malformed checkpoint: {e}") from e

@@ -3,12 +3,15 @@ rebuilt from cached objects is still exactly the checkpoint."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tests.delta.conftest import CountingStorage, grow
 from tulip_memory.delta import DeltaCheckpointer, DeltaStorage, InMemoryObjectStorage, Policy
 from tulip_memory.delta.codec import dumps
 from tulip_memory.delta.history import HistoryCache
 from tulip_memory.delta.log import ThreadLog
 from tulip_memory.delta.manifest import Entry
+from tulip_memory.messages import Message, Role
 
 
 async def test_an_old_checkpoint_loaded_again_reads_only_the_head(storage: DeltaStorage) -> None:
@@ -42,6 +45,34 @@ async def test_without_a_history_cache_every_old_load_reads_its_objects() -> Non
         assert await cp.load("t", ids[20]) == states[20]
         assert counted.read_trips == 2
     assert len(cp.history_cache) == 0
+
+
+async def test_a_loaded_state_changed_in_place_does_not_change_a_later_load(
+    storage: DeltaStorage,
+) -> None:
+    """The checkpointer hands an old checkpoint over uncopied to the state it builds,
+    which shares none of its dicts or lists, however deep, with the cached entries: a
+    caller changing the state in place leaves the cache as it was (a later load is
+    exact and reads only the head; a changed cache would fail its digest and be read
+    again)."""
+    counted = CountingStorage(storage)
+    cp = DeltaCheckpointer(counted)
+    first = Message(role=Role.USER, content="x", metadata={"deep": [[0]]})
+    states = [
+        replace(s, messages=(first, *s.messages))
+        for s in grow(40, metadata=lambda i: {"turn": i, "tags": [{"n": i}]})
+    ]
+    ids = [await cp.save(s, "t") for s in states]
+    for n in (20, 21, 20):  # a replay going on from the state an earlier one kept
+        loaded = await cp.load("t", ids[n])
+        assert loaded == states[n]
+        loaded.metadata["tags"][0]["n"] = "changed"
+        loaded.messages[0].metadata["deep"][0].append("changed")
+        loaded.tool_executions["x"] = 1
+        for m in (n, n + 1):
+            counted.reset()
+            assert await cp.load("t", ids[m]) == states[m]
+            assert (counted.read_trips, counted.gets) == (1, 1)
 
 
 async def test_a_loaded_value_changed_in_place_does_not_change_a_later_load() -> None:

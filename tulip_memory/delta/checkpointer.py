@@ -173,7 +173,7 @@ class DeltaCheckpointer:
         if records is not None:
             data = await records.state(thread_id, checkpoint_id)
         else:
-            data = await self._log(thread_id).load(checkpoint_id)
+            data = await self._log(thread_id).load(checkpoint_id, shared=True)
         return None if data is None else AgentState.from_checkpoint(data)
 
     async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
