@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.delta.conftest import grow
-from tulip_memory.delta import InMemoryObjectStorage
+from tulip_memory.delta import DeltaCheckpointer, InMemoryObjectStorage
 from tulip_memory.delta.codec import KIND_HEAD, decode_frame_of, digest, dumps
 from tulip_memory.delta.diff import diff
 from tulip_memory.delta.errors import CorruptCheckpointError
@@ -32,6 +32,7 @@ from tulip_memory.delta.manifest import (
     Entry,
     HeadState,
     Manifest,
+    ManifestEncoder,
     decode_head_manifest,
     decode_log,
     encode_head_onto,
@@ -147,6 +148,29 @@ def test_a_head_built_on_the_last_ones_manifest_reads_back_the_same() -> None:
         assert section.startswith(b'{"ids":[')
     stored, none, _ = encode_head_onto(m, state, 0, encoder)  # level 0: as it is, no encoder
     assert none is None and decode_head_manifest("k", stored)[0] == m
+
+
+async def test_a_storage_without_version_tags_builds_each_manifest_on_the_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Memory and file storages have no version tags, so each save reads the head; the
+    manifest encoder cached with the state that head names is still built on, not
+    started again (which encoded every checkpoint id on every save), and every
+    checkpoint loads back."""
+    starts = []
+    start = ManifestEncoder.start.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[ManifestEncoder]) -> ManifestEncoder:
+        starts.append(1)
+        return start(cls)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(ManifestEncoder, "start", classmethod(counted))
+    cp = DeltaCheckpointer(InMemoryObjectStorage())
+    states = grow(120)
+    ids = [await cp.save(s, "t") for s in states]
+    assert len(starts) == 1
+    for n in (0, 59, 119):
+        assert await cp.load("t", ids[n]) == states[n]
 
 
 def replayed(states: list[dict[str, Any]]) -> list[tuple[str, Entry]]:
