@@ -94,3 +94,23 @@ def test_unreadable_checkpoints_are_refused() -> None:
         AgentState.from_checkpoint({"messages": [{"content": "no role"}]})
     with pytest.raises(CheckpointFormatError):
         AgentState.from_checkpoint({"messages": [{"role": "wizard"}]})
+
+
+def test_a_loaded_message_shares_no_nested_value_with_what_it_was_read_from() -> None:
+    """``from_dict`` / ``from_checkpoint`` copy nested dicts and lists, as deep as
+    JSON nests them (900 levels parse; ``copy.deepcopy`` fails past ~500), and an
+    application's own values too; scalars-only metadata is a plain copy."""
+    deep = json.loads("[" * 900 + "]" * 900)
+    data = AgentState(
+        messages=(Message(role=Role.USER, content="x", metadata={"deep": deep, "n": 1}),),
+        metadata={"tags": [{"n": 1}], "when": object()},
+        tool_executions={"t": {"calls": [1]}},
+    ).to_checkpoint()
+    state = AgentState.from_checkpoint(data)
+    assert state.messages[0].metadata == {"deep": deep, "n": 1}
+    assert state.messages[0].metadata["deep"] is not deep
+    assert state.metadata["tags"] is not data["metadata"]["tags"]
+    assert state.metadata["when"] is not data["metadata"]["when"]  # deep-copied object
+    assert state.tool_executions["t"]["calls"] is not data["tool_executions"]["t"]["calls"]
+    call = ToolCall.from_dict({"id": "c", "name": "f", "arguments": {"a": [1]}})
+    assert call.arguments == {"a": [1]}

@@ -7,6 +7,7 @@ events carry. Sequences passed in (``tool_calls``) are stored as tuples.
 from __future__ import annotations
 
 import copy
+import marshal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -31,12 +32,19 @@ def detached(mapping: Mapping[str, Any] | None) -> dict[str, Any]:
     deep: an object built from a loaded checkpoint may be changed in place by its
     caller without changing what it was built from (a checkpointer's cached history).
     The common case, scalars only, costs a copy and one scan of the values (~0.2 us
-    for a message's id and time)."""
+    for a message's id and time). Nested values are copied by a ``marshal`` round trip,
+    in C and as deep as the JSON parser nests (``copy.deepcopy`` recurses in Python and
+    fails past ~500 levels); values it cannot carry (an application's own objects) by
+    ``copy.deepcopy``."""
     if not mapping:
         return {}
     for value in mapping.values():
         if isinstance(value, _CONTAINERS):
-            return copy.deepcopy(dict(mapping))
+            try:
+                copied: dict[str, Any] = marshal.loads(marshal.dumps(dict(mapping)))  # noqa: S302
+            except ValueError:
+                return copy.deepcopy(dict(mapping))
+            return copied
     return dict(mapping)
 
 

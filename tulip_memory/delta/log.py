@@ -9,7 +9,6 @@ objects, never a head that points at nothing.
 from __future__ import annotations
 
 import logging
-import marshal
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -55,6 +54,7 @@ from tulip_memory.delta.manifest import (
 from tulip_memory.delta.models import CheckpointMetadata, DeltaCheckpoint
 from tulip_memory.delta.segments import Latest, encode
 from tulip_memory.delta.segments import decode as decode_latest
+from tulip_memory.messages import detached
 from tulip_memory.state import AgentState
 
 if TYPE_CHECKING:
@@ -167,15 +167,15 @@ class ThreadLog:
 
     async def _rebuild(self, manifest: Manifest, seq: int, shared: bool) -> dict[str, Any]:
         """Checkpoint ``seq``, from cached objects where it can; when what it rebuilds
-        from them fails its digest, read again from storage. The state is the caller's
-        own copy: what it was rebuilt from (cached entries) cannot change under a
-        caller that changes it in place (a ``marshal`` round trip, a third of the
-        cost of encoding it)."""
+        from them fails its digest, read again from storage. Unless ``shared``, the
+        state is the caller's own copy: what it was rebuilt from (cached entries)
+        cannot change under a caller that changes it in place (a ``marshal`` round
+        trip, a third of the cost of encoding it)."""
         plan = read_plan(manifest, seq)
         reused = self._caches_history
         # Entries nothing keeps (no history cache; pending ones are in a cached head's
         # manifest, which the next save writes) make a state that is the caller's.
-        own = _copy if (reused or plan.pending) and not shared else _same
+        own = detached if (reused or plan.pending) and not shared else _same
         try:
             return own(rebuild(await self._sources(plan), seq, reused=reused))
         except CorruptCheckpointError:
@@ -662,13 +662,6 @@ class ThreadLog:
             await self.storage.write_objects({dest.keys.head: data})
             return True
         raise CorruptCheckpointError(self.keys.head, "history keeps changing under a copy")
-
-
-def _copy(state: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of a JSON value (``marshal`` keeps key order, floats and lone
-    surrogates exactly; in process only, never stored)."""
-    copied: dict[str, Any] = marshal.loads(marshal.dumps(state))  # noqa: S302 - just written
-    return copied
 
 
 def _same(state: dict[str, Any]) -> dict[str, Any]:
