@@ -7,8 +7,9 @@ History objects are immutable: a name (level, range and a random nonce, see
 (a rewrite takes a new nonce), so a cached object is used as long as the manifest
 still names it with the size it was read at; nothing else is checked before use. What
 is rebuilt from cached objects is still checked against the digest saved with the
-checkpoint (a load hands out a copy, so no caller can change cached entries through
-it), and a mismatch reads the objects again from storage.
+checkpoint, and a mismatch reads the objects again from storage. No caller can
+change cached entries through a load: ``ThreadLog.load`` hands out a copy, and the
+checkpointer's ``AgentState`` shares no dict or list with what it was built from.
 
 A bounded LRU, in memory, per :class:`~tulip_memory.delta.DeltaCheckpointer`: at most
 ``max_bytes`` of canonical JSON (default 8 MiB; the parsed entries take a few times

@@ -332,7 +332,8 @@ def rebuild(
     The digest is of the state's canonical bytes, its lists hashed from the bytes of
     the entries that built them (:attr:`Entry.list_bytes`) where those entries only
     appended: a state shares its items with the entries, so a caller that changed
-    one in place must be handed a copy (as :meth:`ThreadLog.load` does). The replay
+    one in place must be handed a copy (as :meth:`ThreadLog.load` does unless its
+    caller only reads the state into objects of its own). The replay
     starts from the latest state an earlier replay kept with an entry up to ``seq``
     (:data:`REPLAY_MARK_EVERY`); the digest checks the result either way. With
     ``reused=False`` (entries read for this rebuild alone, no cache keeps them) it

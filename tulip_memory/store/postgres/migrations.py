@@ -395,6 +395,9 @@ def _halfvec_indexes(t: str) -> str:
         DECLARE
             r record;
         BEGIN
+            IF to_regtype('halfvec') IS NULL THEN
+                RETURN;  -- pgvector before 0.7: its indexes stay (the index path needs 0.8)
+            END IF;
             FOR r IN {found}
             LOOP
                 PERFORM set_config('maintenance_work_mem', least(4096, greatest(64,
