@@ -15,8 +15,11 @@ Seeds two identical tables of ``--rows`` memories over ``--tenants`` tenants (on
      waited for with ``Reindexer.watch`` (second table).
 
    The floor is the new model's own throughput: ``embedder.aembed`` over the same
-   texts in chunks of ``--batch``, rows/s. The ratio reindex / floor says how much
-   of a reindex is the model and how much everything around it.
+   texts in chunks of ``--batch``, rows/s, measured twice: on the quiet host, and
+   again while the recall loop (2.) runs as it does during the jobs, with recall's
+   latency then (the model's own effect on it). The ratio reindex / floor under
+   recall says how much of a reindex is the model and how much everything around it;
+   the ratio to the quiet floor adds what recall's loop takes of the host.
 
    ``--stub-ms MS`` makes the new model one of realistic cost instead of the nearly
    free ``hashing`` encoder: ``openai/tulip-bench-stub`` through the real litellm
@@ -71,7 +74,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -97,6 +100,7 @@ from tulip_memory.store import PgMemory
 from tulip_memory.store.validation import content_of
 from tulip_wire.endpoints import kombu_url
 from tulip_wire.topology import REINDEX_QUEUE
+from tulip_workers.priority import nice_for
 
 OLD_MODEL = "hashing:384"
 DEFAULT_MODEL = "hashing:256"
@@ -295,6 +299,45 @@ async def measure_floor(embedder: BaseEmbedding, texts: list[str], batch: int) -
         await embedder.aembed(texts[lo : lo + batch])
     seconds = time.perf_counter() - started
     return Throughput(f"embedder floor: aembed, {batch} texts a call", len(texts), seconds)
+
+
+@dataclass(frozen=True)
+class LoadedFloor:
+    """The floor measured again while the recall loop runs as it does during a job:
+    what the model alone gets of a host that also serves recall, and what it does to
+    recall (the model's share of a job's effect on recall's latency)."""
+
+    throughput: Throughput
+    idle: Latency
+    during: Latency
+
+
+@contextlib.asynccontextmanager
+async def recall_loop(ctx: Context, table: str) -> AsyncIterator[tuple[RecallProbe, float, float]]:
+    """The recall loop on ``table`` (a process of its own), entered after its idle
+    window, whose start and end it gives with the probe."""
+    o = ctx.options
+    args = (ctx.services.app_dsn, table, ctx.tenants, o.recall_rate, ctx.new.allowed)
+    with RecallProbe(*args) as probe:
+        probe.wait_ready()
+        idle_from = time.monotonic()
+        await asyncio.sleep(o.idle)
+        yield probe, idle_from, time.monotonic()
+
+
+async def measure_loaded_floor(
+    ctx: Context, embedder: BaseEmbedding, texts: list[str], table: str
+) -> LoadedFloor:
+    async with recall_loop(ctx, table) as (probe, idle_from, idle_to):
+        floor = await measure_floor(embedder, texts, ctx.options.batch)
+        ended = time.monotonic()
+        samples = probe.stop()
+    label = "embedder floor under the recall loop"
+    return LoadedFloor(
+        Throughput(label, floor.rows, floor.seconds),
+        Latency.within(f"idle, before: {label}", samples, idle_from, idle_to),
+        Latency.within(f"during: {label}", samples, ended - floor.seconds, ended),
+    )
 
 
 # --- the recall probe (a process of its own) ---------------------------------------
@@ -678,12 +721,7 @@ async def run_job(
     reindexer = Reindexer(store, observer=phases, **kwargs)
     try:
         await store.search((ctx.tenants[0], NAMESPACE), "warm up")  # pool, plans
-        args = (ctx.services.app_dsn, table, ctx.tenants, o.recall_rate, ctx.new.allowed)
-        with RecallProbe(*args) as probe:
-            probe.wait_ready()
-            idle_from = time.monotonic()
-            await asyncio.sleep(o.idle)
-            idle_to = time.monotonic()
+        async with recall_loop(ctx, table) as (probe, idle_from, idle_to):
             meter = CpuMeter(ctx.postmaster, probe.pid, workers.pids if workers else ())
             started = time.monotonic()
             try:
@@ -800,6 +838,7 @@ class Report:
     rows: int
     seed_seconds: float
     floor: Throughput
+    loaded: LoadedFloor
     runs: list[JobRun]
 
 
@@ -816,25 +855,25 @@ def print_report(r: Report) -> None:
         f" recall loop {rate}, idle window {o.idle:g}s; seeded 2 tables in {r.seed_seconds:.0f}s"
     )
     print("\n## 1. Reindex throughput against the new model alone\n")
-    print("| | rows | seconds | rows/s | ratio to floor |")
-    print("|---|---:|---:|---:|---:|")
-    for t in (r.floor, *(run.throughput for run in r.runs)):
+    print("| | rows | seconds | rows/s | ratio to floor | ratio to floor under recall |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for t in (r.floor, r.loaded.throughput, *(run.throughput for run in r.runs)):
         print(
             f"| {t.label} | {t.rows:,} | {t.seconds:.2f} | {t.rate:,.0f} |"
-            f" {t.rate / r.floor.rate:.4f} |"
+            f" {t.rate / r.floor.rate:.4f} | {t.rate / r.loaded.throughput.rate:.4f} |"
         )
     print("\n## 2. Recall (`search`, one namespace) while idle and during each job\n")
     print("| recall | samples | p50 ms | p99 ms | p50 / idle p50 | p99 / idle p99 |")
     print("|---|---:|---:|---:|---:|---:|")
-    for run in r.runs:
-        for lat in run.latencies:
+    windows = [(r.loaded.idle, [r.loaded.idle, r.loaded.during])]
+    windows += [(run.idle, run.latencies) for run in r.runs]
+    for idle, latencies in windows:
+        for lat in latencies:
             print(
                 f"| {lat.label} | {lat.samples:,} | {lat.p50:.2f} | {lat.p99:.2f} |"
-                f" {lat.p50 / run.idle.p50:.2f} | {lat.p99 / run.idle.p99:.2f} |"
+                f" {lat.p50 / idle.p50:.2f} | {lat.p99 / idle.p99:.2f} |"
             )
-    few = [
-        lat.label.strip() for run in r.runs for lat in run.latencies if lat.samples < FEW_SAMPLES
-    ]
+    few = [lat.label.strip() for _, lats in windows for lat in lats if lat.samples < FEW_SAMPLES]
     if few:
         print(f"\nfewer than {FEW_SAMPLES} samples (p99 is about the worst few): {', '.join(few)}")
     print_phases(r)
@@ -1017,7 +1056,9 @@ async def run_async(stack: contextlib.ExitStack, options: Options) -> Report:
     progress(f"  seeded in {seed_seconds:.1f}s")
 
     floor = await measure_floor(new.embedder(), texts, o.batch)
-    progress(f"floor: {floor.rate:,.0f} rows/s")
+    progress(f"floor: {floor.rate:,.0f} rows/s; again under the recall loop ...")
+    loaded = await measure_loaded_floor(ctx, new.embedder(), texts, o.tables[0])
+    progress(f"  {loaded.throughput.rate:,.0f} rows/s")
 
     runs: list[JobRun] = []
     progress(f"in-process job: {o.idle:g}s idle recall, then the job ...")
@@ -1027,7 +1068,7 @@ async def run_async(stack: contextlib.ExitStack, options: Options) -> Report:
     await drop_tables(services.admin_dsn, o.tables[0])
 
     runs.append(await run_celery(ctx, stack))
-    return Report(o, services, new, o.rows, seed_seconds, floor, runs)
+    return Report(o, services, new, o.rows, seed_seconds, floor, loaded, runs)
 
 
 def new_model(stack: contextlib.ExitStack, o: Options) -> NewModel:
@@ -1056,7 +1097,8 @@ async def run_celery(ctx: Context, stack: contextlib.ExitStack) -> JobRun:
         return int(client.llen(REINDEX_QUEUE))
 
     table = o.tables[1]
-    label = f"reindex on {o.workers} celery workers"
+    nice = nice_for([REINDEX_QUEUE], worker_env(services, table, ctx.new, o.workers))
+    label = f"reindex on {o.workers} celery workers (nice {nice})"
     with WorkerPool(services.tmp / "logs", worker_env(services, table, ctx.new, o.workers)) as pool:
         for k in range(o.workers):
             pool.start("tulip_workers.app", f"reindex-{k}", REINDEX_QUEUE)

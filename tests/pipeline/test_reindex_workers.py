@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import asyncpg
 import numpy as np
+import psutil
 import pytest
 from celery import Celery
 from pgvector.asyncpg import register_vector
@@ -25,6 +26,7 @@ from tulip_memory.store import PgMemory
 from tulip_memory.store.fusion import HybridRanking
 from tulip_wire.endpoints import kombu_url
 from tulip_wire.topology import REINDEX_QUEUE, REINDEX_TASK
+from tulip_workers.priority import BATCH_NICE
 
 TENANTS = ("acme", "globex", "initech")
 ROWS = 240
@@ -141,9 +143,10 @@ async def test_recall_answers_throughout_and_switches_once(
     reader = store(pipeline)
     seen: list[tuple[tuple[str, str], list[tuple[str, float]]]] = []
 
+    workers: list[WorkerProcess] = []
+
     def start_workers() -> None:
-        rx.worker("reindex-a")
-        rx.worker("reindex-b")
+        workers.extend((rx.worker("reindex-a"), rx.worker("reindex-b")))
 
     # Recall runs before the workers exist, while they start, and all through the job.
     starting = asyncio.ensure_future(asyncio.to_thread(start_workers))
@@ -151,6 +154,9 @@ async def test_recall_answers_throughout_and_switches_once(
         for key in before:
             seen.append((key, await answer(reader, *key)))
     await starting
+    # Batch work: each worker lowered itself below this process (tulip_workers.priority).
+    expected = min(19, os.nice(0) + BATCH_NICE)
+    assert [psutil.Process(w.proc.pid).nice() for w in workers if w.proc] == [expected] * 2
     for key in before:  # and a round after the switch
         seen.append((key, await answer(reader, *key)))
     job = await rx.job()
