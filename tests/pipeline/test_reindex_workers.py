@@ -301,3 +301,22 @@ async def test_a_worker_not_allowed_the_new_model_pauses_the_job_without_calling
     resumed = rx.cli("--resume", "--tenant", "acme")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert (await rx.job())["status"] == "switched"
+
+
+def test_the_pooled_reindex_worker_and_its_pool_run_below_the_request_path(
+    pipeline: Pipeline,
+) -> None:
+    """``tulip-memory worker reindex``'s layout (prefork, 2 processes): the worker lowers
+    itself before its pool forks, so the processes that run the model inherit it."""
+    rx = Reindex(pipeline, {})
+    factory = pipeline.workers
+    pool = WorkerProcess(
+        "reindex-pool", [REINDEX_QUEUE], rx.env(), factory.tmp / "reindex-pool.log", "prefork", 2
+    )
+    factory.start_all([pool])
+    assert pool.proc is not None
+    parent = psutil.Process(pool.proc.pid)
+    children = parent.children()
+    assert len(children) == 2, pool.output()
+    expected = min(19, os.nice(0) + BATCH_NICE)
+    assert [p.nice() for p in (parent, *children)] == [expected] * 3
