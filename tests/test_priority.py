@@ -62,7 +62,7 @@ def child(nice: int, *, own_session: bool) -> list[str]:
 def test_a_session_leader_lowers_its_autogroup_too() -> None:
     base = os.nice(0)
     after, now, group_before, group_after = child(3, own_session=True)
-    assert int(after) == int(now) == min(19, base + 3)
+    assert int(after) == int(now) == max(base, 3)
     if not AUTOGROUP.exists():
         pytest.skip("this kernel has no autogroups; the niceness alone was checked")
     assert group_before == "0"  # a new session starts a new group at the default
@@ -73,10 +73,20 @@ def test_a_session_leader_lowers_its_autogroup_too() -> None:
 def test_a_process_in_another_session_leaves_that_sessions_group_alone() -> None:
     base = os.nice(0)
     after, now, group_before, group_after = child(4, own_session=False)
-    assert int(after) == int(now) == min(19, base + 4)
+    assert int(after) == int(now) == max(base, 4)
     assert group_after == group_before  # this session's group (pytest's) is not lowered
 
 
-def test_zero_changes_nothing() -> None:
+def test_zero_or_a_level_already_passed_changes_nothing() -> None:
     base = os.nice(0)
     assert child(0, own_session=True)[:2] == [str(base), str(base)]
+    started_lower = subprocess.run(
+        ["nice", "-n", "15", sys.executable, "-c", CHILD, "10"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
+    assert started_lower[:2] == [str(max(base, 15))] * 2

@@ -70,6 +70,14 @@ def positive(raw: str) -> int:
     return value
 
 
+def niceness(raw: str) -> int:
+    """A process's niceness: 0 (the default priority) to 19 (the lowest)."""
+    value = integer(raw)
+    if not 0 <= value <= 19:
+        raise ValueError("must be an integer from 0 (the default priority) to 19 (the lowest)")
+    return value
+
+
 def seconds(raw: str) -> float:
     try:
         value = float(raw)

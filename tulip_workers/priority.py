@@ -4,8 +4,9 @@ A reindex worker's model takes every core it is given (``bench.reindex --model l
 two workers of one thread each keep both cores of a 2-core host busy), and on a host
 it shares with the database or the shard workers that makes recall and extraction
 wait for a core. So a worker whose queues are all batch queues (``memory.reindex``)
-runs at a lower priority, :data:`BATCH_NICE` unless ``TULIP_WORKER_NICE`` says
-otherwise (0 keeps the default priority; any worker can be given one).
+runs at a lower priority: niceness :data:`BATCH_NICE` unless ``TULIP_WORKER_NICE``
+says otherwise (any worker can be given one; 0 leaves a worker as it was started). A
+worker started at a niceness above its level keeps it.
 
 Applied in the worker's main process before it consumes (``celeryd_after_setup``, so
 before a prefork pool forks its children, which inherit it):
@@ -34,8 +35,9 @@ from typing import Any
 
 from celery import Celery, signals
 
-from tulip_memory.env import Env, Var, integer
+from tulip_memory.env import Env
 from tulip_wire.topology import REINDEX_QUEUE
+from tulip_workers.settings import WORKER_NICE
 
 log = logging.getLogger(__name__)
 
@@ -44,17 +46,6 @@ BATCH_QUEUES = frozenset({REINDEX_QUEUE})
 #: The niceness of a worker that consumes only batch queues.
 BATCH_NICE = 10
 AUTOGROUP = Path("/proc/self/autogroup")
-
-
-def niceness(raw: str) -> int:
-    value = integer(raw)
-    if not 0 <= value <= 19:
-        raise ValueError("must be an integer from 0 (the default priority) to 19 (the lowest)")
-    return value
-
-
-#: Unset: :data:`BATCH_NICE` for a worker of batch queues only, else 0.
-WORKER_NICE = Var[int | None]("TULIP_WORKER_NICE", None, niceness)
 
 
 def nice_for(queues: Iterable[str], env: Env | None = None) -> int:
@@ -67,11 +58,12 @@ def nice_for(queues: Iterable[str], env: Env | None = None) -> int:
 
 
 def lower_priority(nice: int, autogroup: Path = AUTOGROUP) -> int:
-    """Raise this process's niceness by ``nice`` and, when it leads its session, its
-    autogroup's to the same; returns the process's niceness after."""
-    if nice <= 0:
-        return os.nice(0)
-    after = os.nice(nice)
+    """Lower this process to niceness ``nice`` (one already lower stays) and, when it
+    leads its session, its autogroup to the same; returns the process's niceness."""
+    now = os.nice(0)
+    if nice <= now:
+        return now
+    after = os.nice(nice - now)
     if os.getsid(0) == os.getpid():
         try:
             autogroup.write_text(f"{after}\n")

@@ -17,7 +17,17 @@ from typing import cast
 from tulip_memory import env as lib
 from tulip_memory.chat import CLIENTS, Client
 from tulip_memory.config import StoreSettings
-from tulip_memory.env import Env, Var, environ, one_of, positive, seconds, stripped, text_var
+from tulip_memory.env import (
+    Env,
+    Var,
+    environ,
+    niceness,
+    one_of,
+    positive,
+    seconds,
+    stripped,
+    text_var,
+)
 from tulip_memory.extract import LLMExtractorConfig
 from tulip_memory.store.postgres.store import DEFAULT_POOL_SIZE
 from tulip_memory.summaries import SummaryBudget
@@ -65,6 +75,8 @@ SUMMARIZE_OVER_TOKENS = Var("TULIP_SUMMARIZE_OVER_TOKENS", 6000, positive)
 SUMMARY_STEP_TOKENS = Var[int | None]("TULIP_SUMMARY_STEP_TOKENS", None, positive)
 SUMMARY_HEAD_TURNS = Var("TULIP_SUMMARY_HEAD_TURNS", 2, positive)
 SUMMARY_KEEP_RECENT = Var("TULIP_SUMMARY_KEEP_RECENT", 10, positive)
+#: Unset: 10 for a worker of batch queues only, else 0 (:mod:`tulip_workers.priority`).
+WORKER_NICE = Var[int | None]("TULIP_WORKER_NICE", None, niceness)
 
 
 @dataclass(frozen=True, kw_only=True)

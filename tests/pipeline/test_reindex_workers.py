@@ -155,7 +155,7 @@ async def test_recall_answers_throughout_and_switches_once(
             seen.append((key, await answer(reader, *key)))
     await starting
     # Batch work: each worker lowered itself below this process (tulip_workers.priority).
-    expected = min(19, os.nice(0) + BATCH_NICE)
+    expected = max(os.nice(0), BATCH_NICE)
     assert [psutil.Process(w.proc.pid).nice() for w in workers if w.proc] == [expected] * 2
     for key in before:  # and a round after the switch
         seen.append((key, await answer(reader, *key)))
@@ -318,5 +318,5 @@ def test_the_pooled_reindex_worker_and_its_pool_run_below_the_request_path(
     parent = psutil.Process(pool.proc.pid)
     children = parent.children()
     assert len(children) == 2, pool.output()
-    expected = min(19, os.nice(0) + BATCH_NICE)
+    expected = max(os.nice(0), BATCH_NICE)
     assert [p.nice() for p in (parent, *children)] == [expected] * 3
