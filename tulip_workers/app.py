@@ -15,7 +15,7 @@ app.config_from_object("tulip_wire.celeryconfig")
 # Messages Celery refuses before any task runs become dead letters (tulip_workers.refusals).
 app.conf.worker_consumer = "tulip_workers.refusals:Consumer"
 install_refusals()  # and items on a Redis shard queue that are no kombu message at all
+install_priority(app)  # batch workers (reindex) yield the cores to the request path
 install_redelivery(app)
 install_readiness(app)  # no "ready" before the database answers
-install_priority(app)  # batch workers (reindex) yield the cores to the request path
 install_json_logs()  # TULIP_LOG_FORMAT=json: our loggers as JSON lines

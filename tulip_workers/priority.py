@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery, signals
+from celery.exceptions import WorkerShutdown
 
 from tulip_memory.env import Env
 from tulip_wire.topology import REINDEX_QUEUE
@@ -46,6 +47,7 @@ BATCH_QUEUES = frozenset({REINDEX_QUEUE})
 #: The niceness of a worker that consumes only batch queues.
 BATCH_NICE = 10
 AUTOGROUP = Path("/proc/self/autogroup")
+EXIT_FAILURE = 1
 
 
 def nice_for(queues: Iterable[str], env: Env | None = None) -> int:
@@ -73,13 +75,18 @@ def lower_priority(nice: int, autogroup: Path = AUTOGROUP) -> int:
 
 
 def install(app: Celery) -> None:
-    """Lower each worker of ``app`` to its queues' priority before it consumes."""
+    """Lower each worker of ``app`` to its queues' priority before it consumes (a
+    malformed ``TULIP_WORKER_NICE`` stops it: ``WorkerShutdown``, the variable named)."""
 
     def lower_before_consuming(instance: Any = None, **_: Any) -> None:
         if instance is None or instance.app is not app:
             return
         queues = list(instance.app.amqp.queues.consume_from)
-        nice = nice_for(queues)
+        try:
+            nice = nice_for(queues)
+        except ValueError as e:  # a malformed TULIP_WORKER_NICE: refuse to start
+            log.critical("%s", e)
+            raise WorkerShutdown(EXIT_FAILURE) from e
         if nice:
             after = lower_priority(nice)
             log.info("worker on %s runs at niceness %d (batch work)", ",".join(queues), after)

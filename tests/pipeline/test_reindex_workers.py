@@ -320,3 +320,14 @@ def test_the_pooled_reindex_worker_and_its_pool_run_below_the_request_path(
     assert len(children) == 2, pool.output()
     expected = max(os.nice(0), BATCH_NICE)
     assert [p.nice() for p in (parent, *children)] == [expected] * 3
+
+
+def test_a_malformed_worker_niceness_stops_the_worker_naming_it(pipeline: Pipeline) -> None:
+    rx = Reindex(pipeline, {"TULIP_WORKER_NICE": "lowest"})
+    factory = pipeline.workers
+    worker = WorkerProcess("reindex-bad", [REINDEX_QUEUE], rx.env(), factory.tmp / "bad.log")
+    factory.started.append(worker)
+    worker.start(wait=False)
+    assert worker.proc is not None
+    assert worker.proc.wait(timeout=120) != 0
+    assert "TULIP_WORKER_NICE must be an integer" in worker.output()
