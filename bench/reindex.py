@@ -1097,9 +1097,9 @@ async def run_celery(ctx: Context, stack: contextlib.ExitStack) -> JobRun:
         return int(client.llen(REINDEX_QUEUE))
 
     table = o.tables[1]
-    nice = nice_for([REINDEX_QUEUE], worker_env(services, table, ctx.new, o.workers))
-    label = f"reindex on {o.workers} celery workers (nice {nice})"
-    with WorkerPool(services.tmp / "logs", worker_env(services, table, ctx.new, o.workers)) as pool:
+    env = worker_env(services, table, ctx.new, o.workers)
+    label = f"reindex on {o.workers} celery workers (nice {nice_for([REINDEX_QUEUE], env)})"
+    with WorkerPool(services.tmp / "logs", env) as pool:
         for k in range(o.workers):
             pool.start("tulip_workers.app", f"reindex-{k}", REINDEX_QUEUE)
         progress(f"{o.workers} reindex workers: warming up ...")

@@ -38,6 +38,7 @@ from celery.exceptions import WorkerShutdown
 
 from tulip_memory.env import Env
 from tulip_wire.topology import REINDEX_QUEUE
+from tulip_workers.redelivery import EXIT_FAILURE
 from tulip_workers.settings import WORKER_NICE
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,6 @@ BATCH_QUEUES = frozenset({REINDEX_QUEUE})
 #: The niceness of a worker that consumes only batch queues.
 BATCH_NICE = 10
 AUTOGROUP = Path("/proc/self/autogroup")
-EXIT_FAILURE = 1
 
 
 def nice_for(queues: Iterable[str], env: Env | None = None) -> int:

@@ -47,14 +47,13 @@ from tulip_memory.store import PgMemory
 from tulip_wire.topology import EXTRACT_QUEUE_PREFIX, REINDEX_QUEUE, SUMMARIZE_QUEUE
 from tulip_workers.event_worker import EventWorker
 from tulip_workers.failures import is_unreachable
-from tulip_workers.redelivery import ordered_queues
+from tulip_workers.redelivery import EXIT_FAILURE, ordered_queues
 from tulip_workers.retry import describe
 from tulip_workers.runtime import WorkerRuntime, event_worker_for, runtime
 
 log = logging.getLogger(__name__)
 #: How often a worker waiting for its database says so again.
 RETRY_SECONDS = 5.0
-_EXIT_FAILURE = 1
 
 
 def _database_checks(queue_names: Iterable[str]) -> list[Callable[[], None]]:
@@ -98,7 +97,7 @@ def wait_for_database(queue_names: Iterable[str], retry_seconds: float = RETRY_S
         where = redact_url(database_url())
     except ValueError as e:  # not set at all
         log.critical("%s", e)
-        raise WorkerShutdown(_EXIT_FAILURE) from e
+        raise WorkerShutdown(EXIT_FAILURE) from e
     log.info("connecting to Postgres at %s (TULIP_DATABASE_URL)", where)
     for check in checks:
         while True:
@@ -112,7 +111,7 @@ def wait_for_database(queue_names: Iterable[str], retry_seconds: float = RETRY_S
                         where,
                         describe(e),
                     )
-                    raise WorkerShutdown(_EXIT_FAILURE) from e
+                    raise WorkerShutdown(EXIT_FAILURE) from e
                 log.error(
                     "cannot reach Postgres at %s (TULIP_DATABASE_URL): %s; not ready, "
                     "retrying in %.0fs",

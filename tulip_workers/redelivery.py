@@ -52,7 +52,9 @@ from tulip_wire.topology import DEATHS_PREFIX, is_ordered_queue
 from tulip_workers import reliable_redis
 from tulip_workers.reliable_redis import delivering_key
 
-_EXIT_FAILURE = 1
+#: The exit status of a worker that stops before it consumes (it cannot start safely):
+#: these start-up hooks, readiness's and priority's.
+EXIT_FAILURE = 1
 #: How long a message's death count is kept (longer than any backlog lasts).
 DEATHS_TTL = 7 * 24 * 3600
 #: What redis-py returns for a key or value: bytes (kombu never decodes responses).
@@ -164,7 +166,7 @@ def restore_for_worker(app: Celery, queue_names: Iterable[str]) -> int:
             restored = restore_unacked(connection, queues)
         except Exception as e:
             logger.critical("could not restore unacked messages of %s", queues, exc_info=True)
-            raise WorkerShutdown(_EXIT_FAILURE) from e
+            raise WorkerShutdown(EXIT_FAILURE) from e
     if restored:
         logger.warning("restored %d unacked message(s) to the head of %s", restored, queues)
     return restored
