@@ -21,10 +21,14 @@ CHILD = """
 import os, sys
 from pathlib import Path
 from tulip_workers.priority import lower_priority
-group = Path("/proc/self/autogroup")
-before = group.read_text().split()[-1] if group.exists() else "-"
+def group_nice():
+    # empty for a task in no autogroup (init's session: the root group), absent without them
+    path = Path("/proc/self/autogroup")
+    words = path.read_text().split() if path.exists() else []
+    return words[-1] if words else "-"
+before = group_nice()
 after = lower_priority(int(sys.argv[1]))
-print(after, os.nice(0), before, group.read_text().split()[-1] if group.exists() else "-")
+print(after, os.nice(0), before, group_nice())
 """
 
 
