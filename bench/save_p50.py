@@ -9,9 +9,13 @@
 - **put**: one ``PutObject`` of the bytes of the head the tagged save just wrote, and
   nothing else: the floor of any save that writes one object;
 - **langgraph** (with ``langgraph-checkpoint-postgres`` installed in the bench
-  environment): ``PostgresSaver.put`` on an embedded Postgres.
+  environment): ``PostgresSaver.put`` on an embedded Postgres;
+- **tag-obs**, **put-obs** (with ``obstore`` installed in the bench environment): the
+  tagged save and the lone ``PutObject`` through :class:`bench._obstore.ObstoreS3`, an
+  S3 client in Rust instead of botocore (whose CPU is most of a put's on the client).
 
-Usage: ``python -m bench.save_p50 --dataset '../shared/data/locomo10/41.json'`` (the S3
+Usage: ``python -m bench.save_p50 --dataset '../shared/data/locomo10/41.json'``, in a bench
+environment with ``langgraph-checkpoint-postgres 'psycopg[binary]' gunicorn obstore`` (the S3
 server: :func:`bench.checkpoints.moto_command`, which keeps connections alive when the
 bench environment has gunicorn)
 """
@@ -27,6 +31,7 @@ import os
 import statistics
 import uuid
 
+from bench._obstore import ObstoreS3
 from bench.checkpoints import (
     FullEverySave,
     LangGraphPostgres,
@@ -38,6 +43,7 @@ from bench.checkpoints import (
 )
 from tulip_memory.delta import S3DeltaStorage
 from tulip_memory.delta.keys import ThreadKeys
+from tulip_memory.delta.objects import ObjectStoreDeltaStorage
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -49,6 +55,7 @@ async def run(args: argparse.Namespace) -> None:
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(moto_server())
         use_lg = importlib.util.find_spec("langgraph.checkpoint.postgres") is not None
+        use_obs = importlib.util.find_spec("obstore") is not None
         saver = stack.enter_context(langgraph_saver()) if use_lg else None
         bucket = f"tulip-bench-{uuid.uuid4().hex[:8]}"
         boto3.client("s3", endpoint_url=url, region_name="us-east-1").create_bucket(Bucket=bucket)
@@ -59,17 +66,21 @@ async def run(args: argparse.Namespace) -> None:
                 conditional_writes=conditional,
             )  # fmt: skip
 
+        def rust(name: str) -> ObjectStoreDeltaStorage:
+            return ObjectStoreDeltaStorage(ObstoreS3(bucket, f"obs-{name}", url))
+
         print(
             f"{'thread':<16}{'saves':>6} | {'tagged':>7}{'read-1st':>9}{'full':>7}{'put':>7}"
-            f"{'lg':>7} | {'tag/rd':>7}{'tag/full':>9}{'tag/put':>8}{'tag/lg':>7}{'put/lg':>7}"
-            f"  (save p50, ms)"
+            f"{'lg':>7}{'tag-obs':>8}{'put-obs':>8} | {'tag/rd':>7}{'tag/full':>9}"
+            f"{'tag/put':>8}{'tag/lg':>7}{'put/lg':>7}{'obs/lg':>7}{'pobs/lg':>8}  (save p50, ms)"
         )
         for thread in threads:
             tagged = Ours(storage(True), args.depth, thread.name)
             plain = Ours(storage(False), args.depth, thread.name)
             full = FullEverySave(storage(True))
             lg = LangGraphPostgres(saver, thread.name) if saver is not None else None
-            ms: dict[str, list[float]] = {"t": [], "r": [], "f": [], "p": [], "l": []}
+            obs = Ours(rust(thread.name), args.depth, thread.name) if use_obs else None
+            ms: dict[str, list[float]] = {k: [] for k in "trfploq"}
             head = ThreadKeys.of(tagged.tid).head
             for i, state in enumerate(thread.states):
                 ms["t"].append((await timed(functools.partial(tagged.save, state)))[0])
@@ -80,14 +91,22 @@ async def run(args: argparse.Namespace) -> None:
                 ms["f"].append((await timed(functools.partial(full.save, i, state)))[0])
                 if lg is not None:
                     ms["l"].append((await timed(functools.partial(lg.save, i, state)))[0])
+                if obs is not None:
+                    ms["o"].append((await timed(functools.partial(obs.save, state)))[0])
+                    obs_head = ThreadKeys.of(obs.tid).head
+                    body = (await obs.storage.read_objects([obs_head]))[obs_head] or b""
+                    obs_put = functools.partial(obs.storage.write_objects, {f"put/{head}": body})
+                    ms["q"].append((await timed(obs_put))[0])
             assert await tagged.load_latest() == thread.states[-1]
             assert await plain.load_latest() == thread.states[-1]
+            assert obs is None or await obs.load_latest() == thread.states[-1]
             p = {k: statistics.median(v) if v else float("nan") for k, v in ms.items()}
             print(
                 f"{thread.name[-16:]:<16}{len(thread.states):>6} | {p['t']:>7.2f}{p['r']:>9.2f}"
-                f"{p['f']:>7.2f}{p['p']:>7.2f}{p['l']:>7.2f} | {p['t'] / p['r']:>6.2f}x"
-                f"{p['t'] / p['f']:>8.2f}x{p['t'] / p['p']:>7.2f}x{p['t'] / p['l']:>6.2f}x"
-                f"{p['p'] / p['l']:>6.2f}x"
+                f"{p['f']:>7.2f}{p['p']:>7.2f}{p['l']:>7.2f}{p['o']:>8.2f}{p['q']:>8.2f} |"
+                f" {p['t'] / p['r']:>6.2f}x{p['t'] / p['f']:>8.2f}x{p['t'] / p['p']:>7.2f}x"
+                f"{p['t'] / p['l']:>6.2f}x{p['p'] / p['l']:>6.2f}x{p['o'] / p['l']:>6.2f}x"
+                f"{p['q'] / p['l']:>7.2f}x"
             )
 
 
