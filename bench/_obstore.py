@@ -6,6 +6,12 @@ benches only: what a save costs when the S3 client is not botocore.
 conditional put sends ``If-Match``), so :class:`~tulip_memory.delta.objects.
 ObjectStoreDeltaStorage` runs on it unchanged. Install ``obstore`` in the bench
 environment only; the project does not depend on it.
+
+Where obstore differs from the contract, and how this answers it: it lists by whole path
+segments (this lists the prefix's directory and keeps the keys with the prefix); a
+ranged GET of an empty object is an error (this returns ``b""`` when the object's size
+is 0). Not answered: its runtime does not survive ``fork`` (a child's first request
+hangs once the parent has made one), so nothing here may run before a prefork pool forks.
 """
 
 from __future__ import annotations
