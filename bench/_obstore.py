@@ -93,7 +93,8 @@ class ObstoreS3:
 
     def list(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> ObjectPage:
         """obstore lists by path (whole ``/`` segments): this lists the prefix's
-        directory and keeps the keys that start with the prefix."""
+        directory and keeps the keys that start with the prefix, in the order S3
+        lists them (by key)."""
         cut, found = len(self.prefix), list[ObjectInfo]()
         directory = self.prefix + prefix[: prefix.rfind("/") + 1]
         offset = self.prefix + start_after if start_after else None
@@ -106,7 +107,6 @@ class ObstoreS3:
             )
             if len(found) > limit:
                 break
-        found.sort(key=lambda o: o.key)
         return ObjectPage(objects=tuple(found[:limit]), truncated=len(found) > limit)
 
     def copy(self, source: str, dest: str) -> bool:

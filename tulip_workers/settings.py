@@ -75,7 +75,7 @@ SUMMARIZE_OVER_TOKENS = Var("TULIP_SUMMARIZE_OVER_TOKENS", 6000, positive)
 SUMMARY_STEP_TOKENS = Var[int | None]("TULIP_SUMMARY_STEP_TOKENS", None, positive)
 SUMMARY_HEAD_TURNS = Var("TULIP_SUMMARY_HEAD_TURNS", 2, positive)
 SUMMARY_KEEP_RECENT = Var("TULIP_SUMMARY_KEEP_RECENT", 10, positive)
-#: Unset: 10 for a worker of batch queues only, else 0 (:mod:`tulip_workers.priority`).
+#: Unset: ``tulip_workers.priority.BATCH_NICE`` for a worker of batch queues only, else 0.
 WORKER_NICE = Var[int | None]("TULIP_WORKER_NICE", None, niceness)
 
 
