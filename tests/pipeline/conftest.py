@@ -22,14 +22,13 @@ from tulip_producer.reader import AsyncReader, Reader
 from tulip_wire.endpoints import redis_client
 from tulip_wire.pending import pending_states
 from tulip_wire.published import published_events
-from tulip_wire.topology import SEMAPHORE_PREFIX
 
 SHARDS = 2
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
-    """A Redis for this module's broker: queues start empty, nothing leaks across."""
+    """A Redis for this module's broker (each test's ``pipeline`` empties it first)."""
     server = EmbeddedRedis(tmp_path_factory.mktemp("broker")).start()
     try:
         yield server
@@ -110,14 +109,15 @@ class Pipeline:
                 time.sleep(0.1)
 
 
-def forget_leases(broker_url: str) -> None:
-    """Drop the semaphores' leases on the module's broker: a worker an earlier test
-    killed holds its LLM slots until their leases run out (a minute by default), and a
-    test with a small ``TULIP_LLM_MAX_INFLIGHT`` would wait that long for its first."""
+def empty_broker(broker_url: str) -> None:
+    """Empty the module's broker for the next test: what an earlier one left there is
+    not this test's (a killed worker's semaphore leases, which would hold LLM slots
+    until they run out, a minute by default; messages still queued or unacked, such as
+    a reindex job's batches a resume sent again after a SIGKILL, which name an earlier
+    table's job ids and would reach this test's workers)."""
     client = redis_client(broker_url)
     try:
-        for key in client.scan_iter(f"{SEMAPHORE_PREFIX}*"):
-            client.delete(key)
+        client.flushdb()
     finally:
         client.close()
 
@@ -130,7 +130,7 @@ def _embedder() -> HashingEmbedder:
 def pipeline(
     broker: EmbeddedRedis, postgres: Postgres, workers: WorkerFactory, tmp_path: Path
 ) -> Pipeline:
-    forget_leases(broker.url)
+    empty_broker(broker.url)
     table = f"pipe_{uuid.uuid4().hex[:8]}"
     # Migrated as the owner before any worker (the application role) uses it.
     migrate_now(app_store(postgres.app_dsn, table=table, embedder=_embedder()))
