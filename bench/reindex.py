@@ -958,8 +958,7 @@ def print_cpu(r: Report) -> None:
         probe = f"{c.probe:.1f}" if r.options.recall else "-"
         print(
             f"| {run.throughput.label} | {run.throughput.seconds:.1f} | {c.bench:.1f} |"
-            f" {c.workers:.1f} | {probe} | {pg} |"
-            f" {100 * c.busy:.0f}% |"
+            f" {c.workers:.1f} | {probe} | {pg} | {100 * c.busy:.0f}% |"
         )
 
 
@@ -1005,10 +1004,11 @@ class Options:
             help="the new model: a stub answering each request in this many ms (not with --model)",
         )
         parser.add_argument("--idle", type=float, help="idle recall window, s (6; quick 3)")
-        parser.add_argument(
+        recall = parser.add_mutually_exclusive_group()
+        recall.add_argument(
             "--recall-rate", type=float, default=100.0, help="recall queries/s at most; 0: no pause"
         )
-        parser.add_argument(
+        recall.add_argument(
             "--no-recall",
             action="store_true",
             help="run the jobs without the recall loop: throughput against the quiet floor only",
