@@ -70,7 +70,7 @@ def test_on_a_narrow_terminal_the_bar_fits_every_redraw() -> None:
             status = "switched" if done == 10_000 else "running"
             bar.update(Progress(job(status), 100, done // 100, done))
         out.flush()
-        written = os.read(master, 65536).decode("utf-8", "replace")
+        written = _drain(master, until=b"10000/10000").decode("utf-8", "replace")
     finally:
         out.close()
         os.close(master)
@@ -78,6 +78,24 @@ def test_on_a_narrow_terminal_the_bar_fits_every_redraw() -> None:
     assert redraws and all(len(r) <= 60 for r in redraws), [len(r) for r in redraws]
     assert redraws[-1].startswith("job 3 switched") and "10000/10000" in redraws[-1]
     assert written.rstrip("\r\n").count("\n") == 0  # one line, redrawn in place
+
+
+def _drain(master: int, *, until: bytes, timeout: float = 10.0) -> bytes:
+    """What the terminal shows: a pty hands its output to the master side in pieces
+    (one read may return the first redraw only), so read until ``until`` has come and
+    then until nothing more comes for a moment, or ``timeout`` passes."""
+    import os
+    import select
+    import time
+
+    data, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            data += os.read(master, 65536)
+        elif until in data:
+            break
+    return data
 
 
 def test_off_a_terminal_no_carriage_returns_or_escapes() -> None:
