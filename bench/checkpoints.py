@@ -681,6 +681,7 @@ def moto_command(port: int) -> tuple[list[str], str]:
     wanted = os.environ.get("BENCH_MOTO_SERVER", "gunicorn")
     if wanted != "moto" and importlib.util.find_spec("gunicorn") is not None:
         options = ["-k", "gthread", "--threads", "16", "-w", "1", "--keep-alive", "75"]
+        options += ["--graceful-timeout", "2"]  # the bench's clients are gone by then
         command = [sys.executable, "-m", "gunicorn", *options, *host, "bench._moto_app:app"]
         return command, "moto under gunicorn gthread (connections kept alive, as S3 keeps them)"
     command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
@@ -712,7 +713,11 @@ def moto_server() -> Iterator[str]:
         yield url
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # gunicorn waits on kept-alive connections
+            proc.kill()
+            proc.wait()
 
 
 @contextmanager

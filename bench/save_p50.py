@@ -28,7 +28,6 @@ import contextlib
 import functools
 import importlib.util
 import os
-import statistics
 import uuid
 
 from bench._obstore import ObstoreS3
@@ -38,6 +37,7 @@ from bench.checkpoints import (
     Ours,
     langgraph_saver,
     moto_server,
+    p50,
     threads_from,
     timed,
 )
@@ -81,26 +81,20 @@ async def run(args: argparse.Namespace) -> None:
             lg = LangGraphPostgres(saver, thread.name) if saver is not None else None
             obs = Ours(rust(thread.name), args.depth, thread.name) if use_obs else None
             ms: dict[str, list[float]] = {k: [] for k in "trfploq"}
-            head = ThreadKeys.of(tagged.tid).head
             for i, state in enumerate(thread.states):
                 ms["t"].append((await timed(functools.partial(tagged.save, state)))[0])
-                written = (await full.storage.read_objects([head]))[head] or b""
-                put = functools.partial(full.storage.write_objects, {f"put/{head}": written})
-                ms["p"].append((await timed(put))[0])
+                ms["p"].append(await bare_put(tagged))
                 ms["r"].append((await timed(functools.partial(plain.save, state)))[0])
                 ms["f"].append((await timed(functools.partial(full.save, i, state)))[0])
                 if lg is not None:
                     ms["l"].append((await timed(functools.partial(lg.save, i, state)))[0])
                 if obs is not None:
                     ms["o"].append((await timed(functools.partial(obs.save, state)))[0])
-                    obs_head = ThreadKeys.of(obs.tid).head
-                    body = (await obs.storage.read_objects([obs_head]))[obs_head] or b""
-                    obs_put = functools.partial(obs.storage.write_objects, {f"put/{head}": body})
-                    ms["q"].append((await timed(obs_put))[0])
+                    ms["q"].append(await bare_put(obs))
             assert await tagged.load_latest() == thread.states[-1]
             assert await plain.load_latest() == thread.states[-1]
             assert obs is None or await obs.load_latest() == thread.states[-1]
-            p = {k: statistics.median(v) if v else float("nan") for k, v in ms.items()}
+            p = {k: p50(v) for k, v in ms.items()}
             print(
                 f"{thread.name[-16:]:<16}{len(thread.states):>6} | {p['t']:>7.2f}{p['r']:>9.2f}"
                 f"{p['f']:>7.2f}{p['p']:>7.2f}{p['l']:>7.2f}{p['o']:>8.2f}{p['q']:>8.2f} |"
@@ -108,6 +102,14 @@ async def run(args: argparse.Namespace) -> None:
                 f"{p['t'] / p['l']:>6.2f}x{p['p'] / p['l']:>6.2f}x{p['o'] / p['l']:>6.2f}x"
                 f"{p['q'] / p['l']:>7.2f}x"
             )
+
+
+async def bare_put(saver: Ours) -> float:
+    """ms of one PutObject, through ``saver``'s storage, of the bytes of the head it
+    has just written (read untimed), under ``put/``: the floor of any one-object save."""
+    head = ThreadKeys.of(saver.tid).head
+    body = (await saver.storage.read_objects([head]))[head] or b""
+    return (await timed(functools.partial(saver.storage.write_objects, {f"put/{head}": body})))[0]
 
 
 def main() -> None:
