@@ -22,6 +22,15 @@ and the same for ``search_turns`` (``Reader.recall_turns``) on the turns table.
 
 Usage: python -m bench.recall [--full] [--rows 100000] [--namespaces 1000]
     [--largest 50000] [--turns 50000] [--queries 40] [--admin-dsn DSN] [--reuse]
+    [--turn-texts '../shared/data/locomo10/*.json']
+
+The bench's sentences draw their words uniformly from 3,000, so no word is common and a
+query of four matches ~1% of a namespace's rows. Real words are not uniform: four
+words of a LoCoMo turn match ~15% (p50; p90 ~30%), and the lexical side of the index
+path costs what its query matches. ``--turn-texts`` fills the turns table with the
+utterances of LoCoMo conversations instead (drawn at random, each with one bench word
+after it, so that the copies of an utterance are distinct rows to the HNSW graph;
+queries are drawn from the utterance).
 
 ``--full`` is the size users have (1,000,000 rows over 10,000 namespaces, the largest
 100,000, a 200,000-turn namespace); loading it took 25 minutes on two shared cores
@@ -39,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import glob
 import importlib
 import json
 import os
@@ -87,6 +97,27 @@ def sentence(rng: random.Random) -> str:
     return " ".join(rng.choices(VOCAB, k=rng.randint(6, 12)))
 
 
+def utterances(pattern: str) -> list[str]:
+    """Every turn's text of the LoCoMo conversations ``pattern`` matches."""
+    from bench.recall_quality import load as load_conversations
+
+    paths = sorted(glob.glob(pattern))
+    if not paths:
+        raise SystemExit(f"no file matches {pattern!r}")
+    return [t.text for c in load_conversations(paths) for t in c.turns if t.text.strip()]
+
+
+def turn_text(rng: random.Random, texts: list[str] | None) -> tuple[str, str]:
+    """A turn's text and the words its queries are drawn from: a synthetic sentence, or
+    a real utterance with one bench word after it (so the many copies of an utterance
+    are not one point to the HNSW graph), its queries drawn from the utterance."""
+    if texts is None:
+        text = sentence(rng)
+        return text, text
+    said = rng.choice(texts)
+    return f"{said} {rng.choice(VOCAB)}", said
+
+
 @dataclass
 class Corpus:
     """Namespaces (as tuples) with their sizes, and the text of a few rows of each
@@ -132,7 +163,7 @@ async def load(
                 raise SystemExit(f"{TABLE} holds rows already: pass --reuse to measure them")
             print("  --reuse: measuring the rows already loaded", flush=True)
             return await _read_back(conn, TABLE, memories), await _read_back(
-                conn, f"{TABLE}_turns", turns
+                conn, f"{TABLE}_turns", turns, said=args.turn_texts is not None
             )
         drop = f"public.{TABLE}_hnsw, public.{TABLE}_turns_hnsw"
         await conn.execute(f"DROP INDEX IF EXISTS {drop}")
@@ -150,11 +181,12 @@ async def load(
         if batch:
             await _copy_memories(conn, batch, emb, peer, memories)
         start = datetime(2025, 1, 1, tzinfo=UTC)
+        texts = utterances(args.turn_texts) if args.turn_texts else None
         for ns, n in turn_namespaces(args.turns):
             turns.sizes[ns] = n
             for lo in range(0, n, 20_000):
                 rows = [
-                    (ns[0], NS_SEP.join(ns), i, sentence(rng))
+                    (ns[0], NS_SEP.join(ns), i, *turn_text(rng, texts))
                     for i in range(lo, min(n, lo + 20_000))
                 ]
                 await _copy_turns(conn, rows, emb, start, turns)
@@ -164,8 +196,10 @@ async def load(
     return memories, turns
 
 
-async def _read_back(conn: Any, table: str, corpus: Corpus) -> Corpus:
-    """A loaded table's namespace sizes (its counters) and its first rows by key."""
+async def _read_back(conn: Any, table: str, corpus: Corpus, said: bool = False) -> Corpus:
+    """A loaded table's namespace sizes (its counters) and its first rows by key
+    (``said``: the turns are utterances with a word after them, which queries skip,
+    as :func:`turn_text`)."""
     for r in await conn.fetch(f"SELECT ns, rows FROM public.{table}_ns_stats WHERE rows > 0"):
         corpus.sizes[tuple(r["ns"].split(NS_SEP))] = int(r["rows"])
     turns = table.endswith("_turns")
@@ -176,7 +210,8 @@ async def _read_back(conn: Any, table: str, corpus: Corpus) -> Corpus:
         f" (PARTITION BY ns ORDER BY {order}) AS rn FROM public.{table}) x WHERE rn <= 8"
     )
     for r in rows:
-        corpus.samples.setdefault(tuple(r["ns"].split(NS_SEP)), []).append((r["k"], r["c"]))
+        words = r["c"].rsplit(" ", 1)[0] if said and turns else r["c"]
+        corpus.samples.setdefault(tuple(r["ns"].split(NS_SEP)), []).append((r["k"], words))
     return corpus
 
 
@@ -210,14 +245,14 @@ async def _copy_memories(
 
 
 async def _copy_turns(
-    conn: Any, rows: list[tuple[str, str, int, str]], emb: HashingEmbedder, start: datetime,
-    corpus: Corpus,
+    conn: Any, rows: list[tuple[str, str, int, str, str]], emb: HashingEmbedder,
+    start: datetime, corpus: Corpus,
 ) -> None:  # fmt: skip
     vectors = emb.embed([r[3] for r in rows])
     records = [
         (t, ns, "th", f"e{i // 100}", i % 100, text, json.dumps({"user": text}), vectors[j],
          i, start + timedelta(minutes=i))
-        for j, (t, ns, i, text) in enumerate(rows)
+        for j, (t, ns, i, text, _) in enumerate(rows)
     ]  # fmt: skip
     await conn.copy_records_to_table(
         f"{TABLE}_turns",
@@ -226,10 +261,10 @@ async def _copy_turns(
         columns=["tenant", "ns", "thread_id", "event_id", "position", "text", "turn",
                  "embedding", "source_seq", "created_at"],
     )  # fmt: skip
-    for _t, ns, i, text in rows:
+    for _t, ns, i, text, said in rows:
         sample = corpus.samples.setdefault(tuple(ns.split(NS_SEP)), [])
         if len(sample) < 8:
-            sample.append((f"{i % 100}:{text}", text))
+            sample.append((f"{i % 100}:{text}", said))
 
 
 async def _build_indexes(conn: Any, peer: bool, dim: int) -> None:
@@ -269,7 +304,8 @@ def pick_queries(corpus: Corpus, per_class: int, rng: random.Random) -> list[Que
             ns = pool[i % len(pool)] if len(pool) < per_class else rng.choice(pool)
             key, text = rng.choice(corpus.samples[ns])
             words = text.split()
-            out.append(Query(ns, corpus.sizes[ns], " ".join(rng.sample(words, 4)), key))
+            query = " ".join(rng.sample(words, min(4, len(words))))
+            out.append(Query(ns, corpus.sizes[ns], query, key))
     return out
 
 
@@ -469,6 +505,12 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--no-peer", action="store_true", help="skip LangGraph's store")
     parser.add_argument("--admin-dsn", help="an existing Postgres with pgvector (superuser)")
+    parser.add_argument(
+        "--turn-texts",
+        metavar="GLOB",
+        help="LoCoMo conversations: the turns are their utterances (real words, common ones"
+        " included), not sentences of uniform bench words",
+    )
     args = parser.parse_args()
     sizes = {"rows": (100_000, 1_000_000), "namespaces": (1_000, 10_000),
              "largest": (50_000, 100_000), "turns": (50_000, 200_000)}  # fmt: skip
