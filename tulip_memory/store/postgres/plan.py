@@ -129,6 +129,30 @@ moves which rows the graph proposes.
 - the postings' index-only scans need the visibility map, which vacuum keeps
   (autovacuum's insert threshold does, for tables that grow); pages not yet
   all-visible are read from the heap, which costs time, not correctness.
+
+Where a warm statement's time goes now, and where it does not scale. Variants of
+``search_turns``' statement timed interleaved on the same 20 queries of the
+200,000-turn namespace (the app role, one transaction; 2 shared cores, 2026-12-03),
+p50: the whole statement 11.4-11.9 ms; parsing, planning and starting it ~2; the
+postings' index-only scan ~1.4; joining ``df`` ~1 and grouping by row ~1 (their
+arithmetic ~0.5; a window for ``df`` was slower); the HNSW nearest ~2.8; reading the
+candidates' wide rows and ranking them the rest. So the lexical side follows the
+query's postings: queries of 2, 4, 8, 16 and 32 random bench words (~600 postings a
+word) took p50 12.8, 15.6, 20.4, 29.1 and 41.4 ms. ``bench/recall.py``'s words are
+uniform over 3,000, so a query of four matches ~1% of the rows; four words of a real
+turn match ~15% (p50 over LoCoMo's 5,882 turns; p90 ~30%: "great", "thank",
+"realli", "like" are each in 13-19% of them). With ``--turn-texts`` (the turns are
+LoCoMo's utterances) ``search_turns`` on 200,000 turns took p50 33-45 / p99 128-162
+ms (four runs). Each lexeme's postings are now streamed into the sum by row, its
+``df`` counted by a second index-only scan (the join of the postings with ``df`` is
+gone): p50 31-38 / p99 93-116 ms on those rows (three runs, interleaved with the
+code before), recall@10 0.983 as before; on the uniform ones p50 13.8-14.4 / p99
+19.5-21.7 against 12.3-16.1 / 23.1-27.9. So the tail moved, the median stayed within
+the host's noise, and real text stays 3-5x over the 20 ms target. Bounding it needs
+each lexeme's ``df`` without counting its postings (a counter kept beside
+``<table>_ns_stats``) and a MaxScore-style cut of the common lexemes by their bm25
+upper bound (or postings ordered by impact, for queries of common words only); not
+built.
 """
 
 from __future__ import annotations
@@ -178,7 +202,12 @@ def ef_search(limit: int) -> int:
 def lexical_candidates(limit: int) -> int:
     """How many of the best lexical matches by bm25 have their wide rows read first
     (every match is scored by bm25 on the narrow lexical table); the statement reads
-    any other match whose bound can still reach the top ``limit`` after them."""
+    any other match whose bound can still reach the top ``limit`` after them, so this
+    trades wide rows read up front against a second read, and covers the HNSW graph's
+    misses among the lexical matches (the bound trusts the graph). 30 (3 a result)
+    read 49-68 wide rows a query where 100 read 119-124 on ``bench/recall.py``'s
+    200,000-turn namespace: ~1 ms less of ~12 on its uniform words, and no faster
+    but recall@10 0.965 against 0.983 with ``--turn-texts`` (real utterances)."""
     return max(LEXICAL_CANDIDATES, LEXICAL_PER_RESULT * limit)
 
 

@@ -353,8 +353,11 @@ def _indexed(
     the tenant, ``${cand}`` is how many nearest rows the HNSW index proposes and
     ``${cand + 1}`` how many of the best lexical matches are read. Every lexical
     match is scored by bm25 from the postings ``<table>_post`` (``scope`` must name
-    only its columns); only the candidates' wide rows are read, for their cosine and
-    columns."""
+    only its columns): per query lexeme, one index-only scan counts its ``df`` and one
+    streams its postings into the sum by row, each lexeme's idf and length factors
+    computed once (a join of the postings with their ``df``, as the exact path does,
+    cost the lexical side 10-30% more: :mod:`~tulip_memory.store.postgres.plan`). Only
+    the candidates' wide rows are read, for their cosine and columns."""
     same = " AND ".join(f"c.{k} = b.{k}" for k in keys.split(", "))
     return f"""
 WITH st AS MATERIALIZED (
@@ -362,16 +365,21 @@ WITH st AS MATERIALIZED (
            coalesce(sum(dl), 0)::float8 / greatest(coalesce(sum(rows), 0), 1) AS avgdl
     FROM {table}_ns_stats WHERE {stats_scope}
 ),
-terms AS MATERIALIZED (
-    SELECT {keys}, dl, lexeme, tf
-    FROM {table}_post WHERE {scope} AND lexeme = ANY ((SELECT terms FROM probe)::text[])
+df AS MATERIALIZED (
+    SELECT q.lexeme, (SELECT count(*) FROM {table}_post WHERE {scope} AND lexeme = q.lexeme
+                     )::float8 AS df
+    FROM (SELECT DISTINCT unnest(terms) AS lexeme FROM probe) q
 ),
-df AS MATERIALIZED (SELECT lexeme, count(*)::float8 AS df FROM terms GROUP BY lexeme),
+w AS MATERIALIZED (
+    SELECT lexeme, ln(1 + (st.docs - df.df + 0.5) / (df.df + 0.5)) * (p.k1 + 1) AS idf,
+           p.k1 * (1 - p.b) AS c, p.k1 * p.b / st.avgdl AS k
+    FROM df CROSS JOIN st CROSS JOIN probe p WHERE df.df > 0
+),
 bm AS MATERIALIZED (
-    SELECT {keys}, sum(ln(1 + (st.docs - df.df + 0.5) / (df.df + 0.5))
-                       * t.tf * (p.k1 + 1)
-                       / (t.tf + p.k1 * (1 - p.b + p.b * t.dl / st.avgdl))) AS bm25
-    FROM terms t JOIN df USING (lexeme) CROSS JOIN st CROSS JOIN probe p
+    SELECT {keys}, sum(w.idf * t.tf / (t.tf + w.c + w.k * t.dl)) AS bm25
+    FROM w CROSS JOIN LATERAL (
+        SELECT {keys}, tf, dl FROM {table}_post WHERE {scope} AND lexeme = w.lexeme
+    ) t
     GROUP BY {keys}
 ),
 best AS MATERIALIZED (SELECT max(bm25) AS top FROM bm),
