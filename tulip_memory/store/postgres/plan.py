@@ -148,11 +148,16 @@ ms (four runs). Each lexeme's postings are now streamed into the sum by row, its
 gone): p50 31-38 / p99 93-116 ms on those rows (three runs, interleaved with the
 code before), recall@10 0.983 as before; on the uniform ones p50 13.8-14.4 / p99
 19.5-21.7 against 12.3-16.1 / 23.1-27.9. So the tail moved, the median stayed within
-the host's noise, and real text stays 3-5x over the 20 ms target. Bounding it needs
-each lexeme's ``df`` without counting its postings (a counter kept beside
-``<table>_ns_stats``) and a MaxScore-style cut of the common lexemes by their bm25
-upper bound (or postings ordered by impact, for queries of common words only); not
-built.
+the host's noise. The scores by row were then read four times more (their maximum,
+the best 100, the nearest rows' bm25, the matches whose bound reaches the top k); now
+once (``sql._indexed``): interleaved twice with the code before, real utterances p50
+31.8 / 22.9 against 39.8 / 35.8 ms, p99 107.8 / 77.0 against 144.2 / 119.4; uniform
+words p99 26.8 / 18.2 against 31.3 / 24.9; recall@10 unchanged (0.983, 0.998), the same
+answers on 20 queries of each. Real text stays 1-5x over the 20 ms target (p50, p99
+on a host whose speed moves 1.5x between runs). Bounding it needs each lexeme's
+``df`` without counting its postings (a counter kept beside ``<table>_ns_stats``)
+and a MaxScore-style cut of the common lexemes by their bm25 upper bound (or postings
+ordered by impact, for queries of common words only); not built.
 """
 
 from __future__ import annotations
