@@ -366,3 +366,48 @@ async def test_a_word_rare_in_a_big_namespace_still_ranks_first_and_the_rest_com
     assert len(got) == 10 and len(turns) == 10
     assert set(got[:3]) == set(want[:3]) == {"rare0", "rare1", "rare2"}
     assert set(turns[:3]) == set(want_t[:3]) == set(rare)
+
+
+async def test_a_near_row_outside_the_best_lexical_matches_keeps_its_bm25(
+    auto: PgMemory, exact: PgMemory
+) -> None:
+    # ~1,030 rows hold "alpha5" among three words, tied on bm25; the planted row holds
+    # it among four (a lower bm25: outside the best lexical matches) at the query's own
+    # vector (the nearest row). Its fused score needs both halves: the index path
+    # reads its bm25 from its postings, as one of the nearest rows.
+    query, text = "alpha5", "alpha5 delta1 delta2 delta3"
+    vector = [float(x) for x in HRREncoder(DIM).embed([query])[0]]
+    t = f"public.{auto.table_name}"
+    async with auto.transaction(BIG_NS[0]) as tx:
+        await tx.conn.execute(
+            f"INSERT INTO {t} (tenant, ns, key, value, content, embedding)"
+            " VALUES ($1, $2, 'planted', to_jsonb($3::text), $3, $4::float4[]::vector)",
+            BIG_NS[0],
+            NS_SEP.join(BIG_NS),
+            text,
+            vector,
+        )
+        await tx.conn.execute(
+            f"INSERT INTO {t}_turns (tenant, ns, thread_id, event_id, position, text, turn,"
+            " embedding, source_seq, created_at) VALUES ($1, $2, 'th', 'planted', 0, $3,"
+            " jsonb_build_object('user', $3::text), $4::float4[]::vector, 0, $5)",
+            BIG_NS[0],
+            NS_SEP.join(BIG_NS),
+            text,
+            vector,
+            START,
+        )
+    try:
+        before = auto.plans.copy()
+        got = [i.key for i in await auto.search(BIG_NS, query, limit=10)]
+        turns = [t.text for t in await auto.search_turns(BIG_NS, query, top_k=10)]
+        assert auto.plans - before == {plan.INDEX: 2}
+        want = [i.key for i in await exact.search(BIG_NS, query, limit=10)]
+        want_t = [t.text for t in await exact.search_turns(BIG_NS, query, top_k=10)]
+    finally:
+        async with auto.transaction(BIG_NS[0]) as tx:
+            await tx.conn.execute(f"DELETE FROM {t} WHERE key = 'planted'")
+            await tx.conn.execute(f"DELETE FROM {t}_turns WHERE event_id = 'planted'")
+    assert "planted" in want[:3] and text in want_t[:3]
+    assert got.index("planted") == want.index("planted")
+    assert turns.index(text) == want_t.index(text)
