@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import glob
 import importlib
 import json
 import os
@@ -99,12 +98,9 @@ def sentence(rng: random.Random) -> str:
 
 def utterances(pattern: str) -> list[str]:
     """Every turn's text of the LoCoMo conversations ``pattern`` matches."""
-    from bench.recall_quality import load as load_conversations
+    from bench.recall_quality import dataset_paths, load
 
-    paths = sorted(glob.glob(pattern))
-    if not paths:
-        raise SystemExit(f"no file matches {pattern!r}")
-    return [t.text for c in load_conversations(paths) for t in c.turns if t.text.strip()]
+    return [t.text for c in load(dataset_paths(pattern)) for t in c.turns if t.text.strip()]
 
 
 def turn_text(rng: random.Random, texts: list[str] | None) -> tuple[str, str]:

@@ -95,6 +95,14 @@ class Conversation:
         return (f"locomo-{self.sample}", "conversation")
 
 
+def dataset_paths(pattern: str) -> list[str]:
+    """The files ``pattern`` (a glob) matches, sorted; none is an error."""
+    paths = sorted(glob.glob(pattern))
+    if not paths:
+        raise SystemExit(f"no file matches {pattern!r}")
+    return paths
+
+
 def load(paths: Sequence[str]) -> list[Conversation]:
     out = []
     for path in paths:
@@ -259,10 +267,7 @@ def encoders(minilm: str) -> list[tuple[str, BaseEmbedding]]:
 
 
 async def run(args: argparse.Namespace, app_dsn: str, admin_dsn: str) -> None:
-    paths = sorted(glob.glob(args.dataset))
-    if not paths:
-        raise SystemExit(f"no file matches {args.dataset!r}")
-    convs = load(paths)
+    convs = load(dataset_paths(args.dataset))
     if args.only:
         convs = [c for c in convs if c.sample in set(args.only.split(","))]
     overrides: dict[str, Any] = {
@@ -385,10 +390,7 @@ def pipeline_main(args: argparse.Namespace) -> int:
     from bench._services import bench_main
     from bench.quality_pipeline import PipelineResult, run_pipeline
 
-    paths = sorted(glob.glob(args.dataset))
-    if not paths:
-        raise SystemExit(f"no file matches {args.dataset!r}")
-    convs = load(paths)
+    convs = load(dataset_paths(args.dataset))
     if args.only:
         convs = [c for c in convs if c.sample in set(args.only.split(","))]
 

@@ -337,6 +337,11 @@ def _fused(s: str) -> str:
     )
 
 
+# A row's bm25 over its postings ``t`` and the query lexemes' factors ``w``, written
+# once for both places that compute it: the statement merges their values per row.
+_BM25_SUM = "sum(w.idf * t.tf / (t.tf + w.c + w.k * t.dl)) AS bm25"
+
+
 def _reach(bm25: str) -> str:
     """The most a row of bm25 ``bm25`` outside the nearest rows can score, fused, and
     whether that reaches the k-th score kept (``bound``); monotone in ``bm25``."""
@@ -393,7 +398,7 @@ w AS MATERIALIZED (
     FROM df CROSS JOIN st CROSS JOIN probe p WHERE df.df > 0
 ),
 bm AS MATERIALIZED (
-    SELECT {keys}, sum(w.idf * t.tf / (t.tf + w.c + w.k * t.dl)) AS bm25
+    SELECT {keys}, {_BM25_SUM}
     FROM w CROSS JOIN LATERAL (
         SELECT {keys}, tf, dl FROM {table}_post WHERE {scope} AND lexeme = w.lexeme
     ) t
@@ -408,7 +413,7 @@ vec AS MATERIALIZED (
     ORDER BY {{h}} <=> $4::halfvec LIMIT ${cand}
 ),
 vec_bm AS MATERIALIZED (
-    SELECT {v_keys}, sum(w.idf * t.tf / (t.tf + w.c + w.k * t.dl)) AS bm25
+    SELECT {v_keys}, {_BM25_SUM}
     FROM vec v CROSS JOIN w JOIN {table}_post t
       ON t.tenant = $1 AND t.lexeme = w.lexeme AND {on_keys}
     GROUP BY {v_keys}
