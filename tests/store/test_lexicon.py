@@ -2,7 +2,9 @@
 bm25 on: after every kind of write they hold exactly one row per lexeme of each row of
 the wide table, with its positions' count and the row's distinct lexemes (inserts,
 upserts, deletes, prunes, cleared namespaces, turns and their replacement), and under
-forced row-level security a tenant sees only its own."""
+forced row-level security a tenant sees only its own. Each namespace's lexeme counters
+(``<table>_df``, ``<table>_turns_df``) hold, after each of those writes, the number of
+postings of each lexeme, and nothing for a lexeme left with none."""
 
 from __future__ import annotations
 
@@ -35,6 +37,8 @@ _NARROW = {
                  ORDER BY 1, 2, 3, 4""",
 }
 _KEYS = {"": 2, "_turns": 3}
+_COUNTED = "SELECT ns, lexeme, count(*) FROM {t}{side}_post GROUP BY 1, 2 ORDER BY 1, 2"
+_COUNTERS = "SELECT ns, lexeme, df FROM {t}{side}_df ORDER BY 1, 2"
 
 
 @pytest.fixture
@@ -58,9 +62,15 @@ async def _sides(store: PgMemory, tenant: str, side: str) -> tuple[Rows, Rows]:
 
 
 async def _assert_in_step(store: PgMemory, tenant: str, side: str = "") -> int:
-    """The rows with postings, once the postings are those of the wide table."""
+    """The rows with postings, once the postings are those of the wide table and the
+    lexeme counters count them."""
     wide, narrow = await _sides(store, tenant, side)
     assert narrow == wide
+    t = f"public.{store.table_name}"
+    async with store.transaction(tenant) as tx:
+        counted = await tx.conn.fetch(_COUNTED.format(t=t, side=side))
+        counters = await tx.conn.fetch(_COUNTERS.format(t=t, side=side))
+    assert [tuple(r) for r in counters] == [tuple(r) for r in counted]
     return len({r[: _KEYS[side]] for r in narrow})
 
 
@@ -124,6 +134,7 @@ async def test_a_tenant_reads_and_writes_only_its_own_postings(
         async with conn.transaction():
             await conn.execute("SELECT set_config('tulip.tenant', $1, true)", tenant)
             seen = await conn.fetch(f"SELECT DISTINCT tenant, key FROM {t}_post")
+            counted = await conn.fetch(f"SELECT DISTINCT tenant FROM {t}_df")
             with pytest.raises(asyncpg.InsufficientPrivilegeError):  # WITH CHECK
                 await conn.execute(
                     f"INSERT INTO {t}_post (tenant, ns, lexeme, key, tf, dl)"
@@ -131,8 +142,10 @@ async def test_a_tenant_reads_and_writes_only_its_own_postings(
                     other,
                 )
         assert [tuple(r) for r in seen] == [(tenant, "mine")]
+        assert [tuple(r) for r in counted] == [(tenant,)]
         async with conn.transaction():  # no tenant pinned: no row at all
             assert await conn.fetch(f"SELECT 1 FROM {t}_post") == []
+            assert await conn.fetch(f"SELECT 1 FROM {t}_df") == []
     finally:
         await conn.close()
 

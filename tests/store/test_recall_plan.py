@@ -320,7 +320,9 @@ async def _explain_the_index_path(auto: PgMemory, scale: Fixture) -> None:
         assert "tsv" not in shown, shown
 
 
-async def _explain(fx: Fixture, statement: str, args: tuple[object, ...]) -> str:
+async def _explain(
+    fx: Fixture, statement: str, args: tuple[object, ...], *, analyze: bool = False
+) -> str:
     from pgvector.asyncpg import register_vector
 
     conn = await asyncpg.connect(fx.app_dsn)
@@ -329,7 +331,8 @@ async def _explain(fx: Fixture, statement: str, args: tuple[object, ...]) -> str
         async with conn.transaction():
             await conn.execute("SELECT set_config('tulip.tenant', $1, true)", args[0])
             await conn.execute(sql.PLAN_SETTINGS, "100", "20000")
-            rows = await conn.fetch("EXPLAIN " + statement, *args)
+            shown = "EXPLAIN (ANALYZE, COSTS OFF) " if analyze else "EXPLAIN "
+            rows = await conn.fetch(shown + statement, *args)
         return "\n".join(r[0] for r in rows)
     finally:
         await conn.close()
@@ -427,15 +430,19 @@ async def test_postings_are_read_by_lexeme_before_the_table_is_analysed(
         q = HRREncoder(DIM).embed([QUERIES[2]])[0]
         base = (BIG_NS[0], NS_SEP.join(BIG_NS), 10, q, QUERIES[2], "english", 0.5, 0.5, 1.2, 0.4)
         lexical = plan.index_args(10)
-        for stmt, args in (
-            ("SEARCH_INDEXED", (*base, False, *lexical)),
-            ("SEARCH_TURNS_INDEXED", (*base, None, None, None, *lexical)),
+        # The rare lexemes' sum, the others' lookups by key, every lexeme's sum (read
+        # when the cut does not hold), the nearest rows' bm25; and the df of a window's
+        # turns, which no counter holds.
+        for stmt, args, reads in (
+            ("SEARCH_INDEXED", (*base, False, *lexical), 4),
+            ("SEARCH_TURNS_INDEXED", (*base, None, None, None, *lexical), 4),
+            ("SEARCH_TURNS_INDEXED", (*base, None, START, None, *lexical), 5),
         ):
             statement = slots.read_sql(auto.statement(stmt), "embedding", 2 * DIM)
             shown = await _explain(scale, statement, args)
             lines = shown.splitlines()
             scans = [i for i, line in enumerate(lines) if "_post_pkey" in line]
-            assert len(scans) == 3, shown  # df, the sum, the nearest rows' bm25
+            assert len(scans) == reads, shown
             for i in scans:
                 cond = next(x for x in lines[i + 1 :] if "Index Cond" in x or "Recheck" in x)
                 assert "lexeme =" in cond, shown
@@ -443,3 +450,51 @@ async def test_postings_are_read_by_lexeme_before_the_table_is_analysed(
         for table in posts:
             await admin.execute(f"ANALYZE {table}")
         await admin.close()
+
+
+async def test_a_common_word_is_looked_up_only_for_the_rare_words_matches(
+    auto: PgMemory, exact: PgMemory, scale: Fixture
+) -> None:
+    # 4,500 rows of the big namespace hold "often" (more postings than
+    # plan.ESSENTIAL_POSTINGS), 20 more hold "zephyr" too, at the query's own vector.
+    # MaxScore's cut: "zephyr"'s postings are summed, "often"'s looked up for those 20
+    # rows only, and since they outscore any row holding only "often", no other
+    # posting is read; the ranking is the exact path's.
+    query, ns = "zephyr often", BIG_NS
+    vector = [float(x) for x in HRREncoder(DIM).embed([query])[0]]
+    t = f"public.{auto.table_name}"
+    async with auto.transaction(ns[0]) as tx:
+        await tx.conn.execute(
+            f"""INSERT INTO {t} (tenant, ns, key, value, content, embedding)
+            SELECT $1, $2, 'often' || i, to_jsonb(c), c,
+                   (SELECT array_agg(random() - 0.5) FROM generate_series(1, $3) WHERE i > 0)
+                   ::vector
+            FROM generate_series(1, 4500) i, LATERAL (SELECT 'often alpha' || (i % 97) AS c) x
+            UNION ALL
+            SELECT $1, $2, 'zephyr' || i, to_jsonb($4::text), $4, $5::float4[]::vector
+            FROM generate_series(10, 29) i""",
+            ns[0],
+            NS_SEP.join(ns),
+            2 * DIM,
+            query,
+            vector,
+        )
+    try:
+        before = auto.plans.copy()
+        got = [i.key for i in await auto.search(ns, query, limit=10)]
+        assert auto.plans - before == {plan.INDEX: 1}
+        want = [i.key for i in await exact.search(ns, query, limit=10)]
+        q = HRREncoder(DIM).embed([query])[0]
+        args = (ns[0], NS_SEP.join(ns), 10, q, query, "english", 0.5, 0.5, RANKING.k1, RANKING.b)
+        statement = slots.read_sql(auto.statement("SEARCH_INDEXED"), "embedding", 2 * DIM)
+        shown = await _explain(scale, statement, (*args, False, *plan.index_args(10)), analyze=True)
+    finally:
+        async with auto.transaction(ns[0]) as tx:
+            await tx.conn.execute(f"DELETE FROM {t} WHERE key ~ '^(often|zephyr)'")
+    assert got == want and all(key.startswith("zephyr") for key in got)
+    lines = shown.splitlines()
+
+    def cte(name: str) -> str:
+        return lines[lines.index(f"  CTE {name}") + 1]
+
+    assert "rows=20 " in cte("done") and "never executed" in cte("bm"), shown

@@ -176,6 +176,13 @@ MAX_EF_SEARCH = 1_000
 #: per result.
 LEXICAL_CANDIDATES = 100
 LEXICAL_PER_RESULT = 10
+#: The postings the index path streams before it scores any lexical match in full:
+#: the rarest query lexemes whose postings add up to at most this many (the others are
+#: looked up by key, see ``sql._indexed``).
+ESSENTIAL_POSTINGS = 4_000
+#: What one posting looked up by key costs, in postings streamed: the others' lookups
+#: are made only when they cost less than streaming the others' postings.
+LOOKUP_COST = 4
 #: How long a table's planner estimate of its rows is reused.
 TABLE_ROWS_TTL = 60.0
 
