@@ -339,34 +339,40 @@ def _postings(t: str, p: str, keys: str, extra: str = "") -> tuple[str, ...]:
 
 def _lexeme_df(t: str, p: str) -> tuple[str, ...]:
     """``<t>_df``: how many rows of each namespace hold each lexeme (its postings in
-    ``<t>_post``), so the index path reads a query lexeme's ``df`` as one row instead
-    of counting its postings (a common word's 50,000 of them: ~3 ms a lexeme), and
-    knows which lexemes are common before reading any of their postings
-    (:func:`~tulip_memory.store.postgres.sql._indexed`). Statement-level triggers on
-    the postings keep it, in the writer's transaction: an insert adds each lexeme's new
-    postings (the rows an ``ON CONFLICT`` updated instead are not new), a delete takes
-    them away and drops the lexemes left with none; each statement touches its
-    lexemes' counters in key order, so two writers of one namespace wait on each other
-    rather than deadlock. Tenant-scoped like ``t``; the backfill counts the postings as
-    their owner, with row-level security unforced inside the migration's transaction
-    only, after the triggers exist (creating them waits for the postings' writers, and
-    holds the next ones off until the commit)."""
+    ``<t>_post``), and bounds of those postings' ``tf`` (at most ``tf_max``) and
+    ``dl`` (at least ``dl_min``). The index path reads a query lexeme's ``df`` as one
+    row instead of counting its postings (a common word's 50,000 of them: ~3 ms a
+    lexeme), and bounds what the lexeme can add to a row's bm25 before reading any of
+    its postings (:func:`~tulip_memory.store.postgres.sql._indexed`). Statement-level
+    triggers on the postings keep it, in the writer's transaction: an insert adds each
+    lexeme's new postings (the rows an ``ON CONFLICT`` updated instead are not new) and
+    widens the bounds; a delete takes them away and drops the lexemes left with none,
+    leaving the bounds as they were (still bounds, perhaps loose ones). Each statement
+    touches its lexemes' counters in key order, so two writers of one namespace wait on
+    each other rather than deadlock. Tenant-scoped like ``t``; the backfill counts the
+    postings as their owner, with row-level security unforced inside the migration's
+    transaction only, after the triggers exist (creating them waits for the postings'
+    writers, and holds the next ones off until the commit)."""
     return (
         f"""CREATE TABLE {t}_df (
             tenant text NOT NULL,
             ns text NOT NULL,
             lexeme text NOT NULL,
             df bigint NOT NULL,
+            tf_max integer NOT NULL,
+            dl_min integer NOT NULL,
             PRIMARY KEY (tenant, ns, lexeme)
         )""",
         f"""CREATE FUNCTION {t}_df_count() RETURNS trigger
             LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
             BEGIN
                 IF TG_OP = 'INSERT' THEN
-                    INSERT INTO {t}_df AS s (tenant, ns, lexeme, df)
-                    SELECT tenant, ns, lexeme, count(*) FROM new_rows
+                    INSERT INTO {t}_df AS s (tenant, ns, lexeme, df, tf_max, dl_min)
+                    SELECT tenant, ns, lexeme, count(*), max(tf), min(dl) FROM new_rows
                     GROUP BY tenant, ns, lexeme ORDER BY tenant, ns, lexeme
-                    ON CONFLICT (tenant, ns, lexeme) DO UPDATE SET df = s.df + EXCLUDED.df;
+                    ON CONFLICT (tenant, ns, lexeme) DO UPDATE
+                    SET df = s.df + EXCLUDED.df, tf_max = greatest(s.tf_max, EXCLUDED.tf_max),
+                        dl_min = least(s.dl_min, EXCLUDED.dl_min);
                 ELSE
                     PERFORM FROM {t}_df s JOIN (SELECT DISTINCT tenant, ns, lexeme FROM old_rows) g
                         ON s.tenant = g.tenant AND s.ns = g.ns AND s.lexeme = g.lexeme
@@ -388,8 +394,9 @@ def _lexeme_df(t: str, p: str) -> tuple[str, ...]:
             REFERENCING OLD TABLE AS old_rows
             FOR EACH STATEMENT EXECUTE FUNCTION {t}_df_count()""",
         f"ALTER TABLE {t}_post NO FORCE ROW LEVEL SECURITY",
-        f"""INSERT INTO {t}_df (tenant, ns, lexeme, df)
-            SELECT tenant, ns, lexeme, count(*) FROM {t}_post GROUP BY tenant, ns, lexeme""",
+        f"""INSERT INTO {t}_df (tenant, ns, lexeme, df, tf_max, dl_min)
+            SELECT tenant, ns, lexeme, count(*), max(tf), min(dl) FROM {t}_post
+            GROUP BY tenant, ns, lexeme""",
         f"ALTER TABLE {t}_post FORCE ROW LEVEL SECURITY",
         *tenant_rls(f"{t}_df", f"{p}_df"),
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON {t}_df TO tulip_dml, tulip_ops",

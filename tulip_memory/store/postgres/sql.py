@@ -375,9 +375,11 @@ def _indexed(
     their cosine and columns.
 
     The lexical side makes MaxScore's cut (Turtle and Flood, 1995) when it is cheap. A
-    lexeme adds less than its idf (times ``k1 + 1``) to any row's bm25, so the common
-    lexemes ("great", "thank": each in 13-19% of a namespace of conversation turns)
-    can add little. The rarest lexemes whose postings add up to at most
+    lexeme adds at most ``ub`` to any row's bm25: its idf (times ``k1 + 1``) times
+    ``tf / (tf + c + k * dl)`` at the counters' bounds of its postings (the most
+    positions, the fewest lexemes), so the common lexemes ("great", "thank": each in
+    13-19% of a namespace of conversation turns) can add little. The rarest lexemes
+    whose postings add up to at most
     :data:`~tulip_memory.store.postgres.plan.ESSENTIAL_POSTINGS` are essential: their
     postings are streamed into a partial sum by row (``part``). The others are looked
     up by key, only for the partial matches that could still be among the best
@@ -417,22 +419,26 @@ WITH st AS MATERIALIZED (
     FROM {table}_ns_stats WHERE {stats_scope}
 ),
 df AS MATERIALIZED (
-    SELECT q.lexeme, CASE WHEN {counted}
-        THEN (SELECT coalesce(sum(df), 0) FROM {table}_df
-              WHERE {stats_scope} AND lexeme = q.lexeme)
+    SELECT q.lexeme, CASE WHEN {counted} THEN n.df
         ELSE (SELECT count(*) FROM {table}_post WHERE {scope} AND lexeme = q.lexeme)
-        END::float8 AS df
-    FROM (SELECT DISTINCT unnest(terms) AS lexeme FROM probe) q
+        END::float8 AS df, n.tf_max, n.dl_min
+    FROM (SELECT DISTINCT unnest(terms) AS lexeme FROM probe) q CROSS JOIN LATERAL (
+        SELECT coalesce(sum(df), 0) AS df, max(tf_max) AS tf_max, min(dl_min) AS dl_min
+        FROM {table}_df WHERE {stats_scope} AND lexeme = q.lexeme
+    ) n
 ),
 w AS MATERIALIZED (
-    SELECT lexeme, df.df, ln(1 + (st.docs - df.df + 0.5) / (df.df + 0.5)) * (p.k1 + 1) AS idf,
-           p.k1 * (1 - p.b) AS c, p.k1 * p.b / st.avgdl AS k,
-           sum(df.df) OVER (ORDER BY df.df, lexeme) <= {_plan.ESSENTIAL_POSTINGS} AS ess
-    FROM df CROSS JOIN st CROSS JOIN probe p WHERE df.df > 0
+    SELECT *, idf * coalesce(tf_max / (tf_max + c + k * dl_min), 1) AS ub,
+           sum(df) OVER (ORDER BY df, lexeme) <= {_plan.ESSENTIAL_POSTINGS} AS ess
+    FROM (
+        SELECT lexeme, df.df, ln(1 + (st.docs - df.df + 0.5) / (df.df + 0.5)) * (p.k1 + 1) AS idf,
+               p.k1 * (1 - p.b) AS c, p.k1 * p.b / st.avgdl AS k, df.tf_max, df.dl_min
+        FROM df CROSS JOIN st CROSS JOIN probe p WHERE df.df > 0
+    ) x
 ),
 split AS MATERIALIZED (
     SELECT coalesce(bool_or(ess), false) AS cut,
-           coalesce(sum(idf) FILTER (WHERE NOT ess), 0) AS rest,
+           coalesce(sum(ub) FILTER (WHERE NOT ess), 0) AS rest,
            count(*) FILTER (WHERE NOT ess) AS others,
            coalesce(sum(df) FILTER (WHERE NOT ess), 0) AS streamed
     FROM w
