@@ -339,20 +339,23 @@ def _postings(t: str, p: str, keys: str, extra: str = "") -> tuple[str, ...]:
 
 def _lexeme_df(t: str, p: str) -> tuple[str, ...]:
     """``<t>_df``: how many rows of each namespace hold each lexeme (its postings in
-    ``<t>_post``), and bounds of those postings' ``tf`` (at most ``tf_max``) and
-    ``dl`` (at least ``dl_min``). The index path reads a query lexeme's ``df`` as one
-    row instead of counting its postings (a common word's 50,000 of them: ~3 ms a
-    lexeme), and bounds what the lexeme can add to a row's bm25 before reading any of
-    its postings (:func:`~tulip_memory.store.postgres.sql._indexed`). Statement-level
+    ``<t>_post``), and bounds of those postings' ``tf`` (at most ``tf_max``) and ``dl``
+    (at least ``dl_min``). The index path reads a query lexeme's ``df`` as one row
+    instead of counting its postings (a common word's 50,000 of them: ~3 ms a lexeme),
+    and bounds what the lexeme can add to a row's bm25 before reading any of its
+    postings (:func:`~tulip_memory.store.postgres.sql._indexed`). Statement-level
     triggers on the postings keep it, in the writer's transaction: an insert adds each
     lexeme's new postings (the rows an ``ON CONFLICT`` updated instead are not new) and
     widens the bounds; a delete takes them away and drops the lexemes left with none,
-    leaving the bounds as they were (still bounds, perhaps loose ones). Each statement
-    touches its lexemes' counters in key order, so two writers of one namespace wait on
-    each other rather than deadlock. Tenant-scoped like ``t``; the backfill counts the
-    postings as their owner, with row-level security unforced inside the migration's
-    transaction only, after the triggers exist (creating them waits for the postings'
-    writers, and holds the next ones off until the commit)."""
+    leaving the bounds as they were (still bounds, perhaps loose ones). Every change
+    first locks the namespaces' row counters (``<t>_ns_stats``, which an insert or a
+    delete locks anyway), so the writers of one namespace take its lexemes' counters one
+    transaction at a time: an update's postings are deleted and inserted by two
+    statements, each taking its lexemes in key order, and two updates taking them
+    without it deadlocked (60 concurrent upserts of 12 keys: every run). Tenant-scoped
+    like ``t``; the backfill counts the postings as their owner, with row-level security
+    unforced inside the migration's transaction only, after the triggers exist (creating
+    them waits for the postings' writers, and holds the next ones off until the commit)."""
     return (
         f"""CREATE TABLE {t}_df (
             tenant text NOT NULL,
@@ -367,6 +370,9 @@ def _lexeme_df(t: str, p: str) -> tuple[str, ...]:
             LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
             BEGIN
                 IF TG_OP = 'INSERT' THEN
+                    PERFORM FROM {t}_ns_stats s JOIN (SELECT DISTINCT tenant, ns FROM new_rows) g
+                        ON s.tenant = g.tenant AND s.ns = g.ns
+                    ORDER BY s.tenant, s.ns FOR UPDATE OF s;
                     INSERT INTO {t}_df AS s (tenant, ns, lexeme, df, tf_max, dl_min)
                     SELECT tenant, ns, lexeme, count(*), max(tf), min(dl) FROM new_rows
                     GROUP BY tenant, ns, lexeme ORDER BY tenant, ns, lexeme
@@ -374,6 +380,9 @@ def _lexeme_df(t: str, p: str) -> tuple[str, ...]:
                     SET df = s.df + EXCLUDED.df, tf_max = greatest(s.tf_max, EXCLUDED.tf_max),
                         dl_min = least(s.dl_min, EXCLUDED.dl_min);
                 ELSE
+                    PERFORM FROM {t}_ns_stats s JOIN (SELECT DISTINCT tenant, ns FROM old_rows) g
+                        ON s.tenant = g.tenant AND s.ns = g.ns
+                    ORDER BY s.tenant, s.ns FOR UPDATE OF s;
                     PERFORM FROM {t}_df s JOIN (SELECT DISTINCT tenant, ns, lexeme FROM old_rows) g
                         ON s.tenant = g.tenant AND s.ns = g.ns AND s.lexeme = g.lexeme
                     ORDER BY s.tenant, s.ns, s.lexeme FOR UPDATE OF s;
