@@ -16,6 +16,7 @@ from tulip_memory.store import (
     StoreContext,
     StoreItem,
 )
+from tulip_memory.store.validation import MAX_QUERY_CHARS
 
 
 async def test_put_get_roundtrip_json_values(store: BaseStore, tenant: str) -> None:
@@ -235,6 +236,15 @@ async def test_bad_metadata_is_refused(store: BaseStore, tenant: str) -> None:
     with pytest.raises(TypeError, match="metadata"):
         await store.put((tenant,), "k", 1, {"x": object()})
     assert await store.get((tenant,), "k") is None
+
+
+async def test_oversized_and_mistyped_queries_are_refused(store: BaseStore, tenant: str) -> None:
+    await store.put((tenant,), "k", "green tea")
+    with pytest.raises(ValueError, match="character limit"):
+        await store.search((tenant,), "tea " * (MAX_QUERY_CHARS // 4 + 1))
+    with pytest.raises(TypeError, match="query must be a str"):
+        await store.search_many([(tenant,)], 42)  # type: ignore[arg-type]
+    assert [i.key for i in await store.search((tenant,), "tea")] == ["k"]
 
 
 async def test_concurrent_writes_are_all_counted(store: BaseStore, tenant: str) -> None:

@@ -22,6 +22,7 @@ from tulip_memory.store.holographic import (
     lexical_terms,
     migrate,
 )
+from tulip_memory.store.validation import MAX_QUERY_TERMS
 
 NS = ("acme", "facts")
 
@@ -302,7 +303,7 @@ def test_fts_query_quotes_every_term() -> None:
     assert fts_query("!!! ???") is None
     assert fts_query("") is None
     long = fts_query(" ".join(f"w{i}" for i in range(500)))
-    assert long is not None and long.count(" OR ") == holographic._MAX_QUERY_TERMS - 1
+    assert long is not None and long.count(" OR ") == MAX_QUERY_TERMS - 1
 
 
 # -- ranking -----------------------------------------------------------------------------

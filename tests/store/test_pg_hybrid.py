@@ -36,6 +36,7 @@ from tulip_memory.store.postgres.family import apply_migrations
 from tulip_memory.store.postgres.migrations import MEMORIES, names
 from tulip_memory.store.postgres.store import TurnsIn
 from tulip_memory.store.postgres.writer import TurnRow
+from tulip_memory.store.validation import MAX_QUERY_CHARS, MAX_QUERY_TERMS
 
 LEXICAL = HybridRanking(lexical_weight=1.0, vector_weight=0.0)
 VECTOR = HybridRanking(lexical_weight=0.0, vector_weight=1.0)
@@ -435,6 +436,47 @@ async def test_hostile_query_text_is_safe(pg_dsn: str, tenant: str, query: str) 
         assert len(await s.search_across([ns], query)) == 3
         assert len(await s.search_turns(ns, query, top_k=10)) == 3
         assert sorted(await s.list_keys(ns)) == sorted(texts)
+    finally:
+        await s.close()
+
+
+async def test_a_query_keeps_its_first_distinct_terms(pg_dsn: str, tenant: str) -> None:
+    # However many words a query holds, its lexical side is its first MAX_QUERY_TERMS
+    # distinct lexemes (each is an index read): a word past them matches nothing.
+    s = app_store(pg_dsn, table=fresh_table(), embedder=HashingEmbedder(64), ranking=LEXICAL)
+    ns = (tenant, "facts")
+    filler = [f"w{i}x" for i in range(MAX_QUERY_TERMS)]
+    try:
+        await s.put(ns, "zebra", "a zebra crossing")
+        await s.put(ns, "apple", "an apple tree")  # newer: first when nothing matches
+        await write_turns(s, ns, ["a zebra crossing", "an apple tree"])
+        for words, first in ((["zebra", *filler], "zebra"), ([*filler, "zebra"], "apple")):
+            query = " ".join(words + filler)  # repeats add no term
+            assert (await s.search(ns, query))[0].key == first
+            assert (await s.search_across([ns], query))[0].item.key == first
+            turns = await s.search_turns(ns, query, top_k=2)
+            assert turns[0].text.split()[1] == first
+    finally:
+        await s.close()
+
+
+async def test_oversized_and_mistyped_queries_are_refused(pg_dsn: str, tenant: str) -> None:
+    s = app_store(pg_dsn, table=fresh_table(), embedder=HashingEmbedder(64))
+    ns = (tenant, "facts")
+    huge = "tea " * (MAX_QUERY_CHARS // 4) + "x"
+    try:
+        await s.put(ns, "tea", "green tea")
+        for search in (
+            lambda q: s.search(ns, q),
+            lambda q: s.search_many([ns], q),
+            lambda q: s.search_across([ns], q),
+            lambda q: s.search_turns(ns, q),
+        ):
+            with pytest.raises(ValueError, match="32768-character limit"):
+                await search(huge)
+            with pytest.raises(TypeError, match="query must be a str"):
+                await search(b"tea")
+            assert len(await search(huge[:MAX_QUERY_CHARS])) <= 1  # the limit itself is fine
     finally:
         await s.close()
 

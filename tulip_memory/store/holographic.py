@@ -50,6 +50,7 @@ from tulip_memory.store.ranking import (
     vector_or_none,
 )
 from tulip_memory.store.validation import (
+    MAX_QUERY_TERMS,
     NS_SEP,
     validate_key,
     validate_namespace,
@@ -69,8 +70,6 @@ _FTS_WEIGHT = 1.0
 #: A row enters the HRR ranking only above this many standard deviations of the
 #: similarity of unrelated texts (1/sqrt(width)); below it the order is noise.
 _NOISE_SIGMAS = 2.0
-#: Bounds the FTS5 expression a long user message turns into.
-_MAX_QUERY_TERMS = 64
 #: Query words this long also match as prefixes ("live" finds "lives").
 _PREFIX_MIN_LEN = 4
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -262,9 +261,10 @@ def _fts_phrase(term: str) -> str:
 
 def fts_query(text: str) -> str | None:
     """A safe FTS5 ``MATCH`` expression for user text: its distinct terms, each quoted,
-    OR-ed together (long words and single CJK characters also as prefixes); ``None``
-    when the text has no terms (only punctuation, say)."""
-    terms = list(dict.fromkeys(lexical_terms(text)))[:_MAX_QUERY_TERMS]
+    OR-ed together (long words and single CJK characters also as prefixes), the first
+    :data:`MAX_QUERY_TERMS` of a long message; ``None`` when the text has no terms (only
+    punctuation, say)."""
+    terms = list(dict.fromkeys(lexical_terms(text)))[:MAX_QUERY_TERMS]
     return " OR ".join(_fts_phrase(t) for t in terms) if terms else None
 
 

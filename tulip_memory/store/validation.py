@@ -15,6 +15,13 @@ from typing import Any
 #: Joins namespace parts into one string for storage; a part may not contain it.
 NS_SEP = "\x1f"
 MAX_KEY_BYTES = 1024
+#: The longest search query accepted, in characters: a long pasted message fits
+#: (about 8,000 tokens, past what embedding models read), a megabyte of text does not
+#: (Postgres refuses a ``tsvector`` over 1 MB, and the embedder would be sent it all).
+MAX_QUERY_CHARS = 32_768
+#: A query's lexical side keeps its first this many distinct terms, so its cost is
+#: bounded whatever the text: each term is an index read on every backend.
+MAX_QUERY_TERMS = 64
 
 Namespace = tuple[str, ...]
 
@@ -53,6 +60,19 @@ def validate_key(key: Any) -> str:
     if "\x00" in key:
         raise ValueError(f"key contains a NUL character: {key!r}")
     return key
+
+
+def validate_query(query: Any) -> str | None:
+    """Return ``query`` (``None`` or a string of at most :data:`MAX_QUERY_CHARS`
+    characters), or raise naming what is wrong."""
+    if query is None or isinstance(query, str):
+        if query is not None and len(query) > MAX_QUERY_CHARS:
+            raise ValueError(
+                f"query is {len(query)} characters, over the {MAX_QUERY_CHARS}-character "
+                f"limit: {query[:40]!r}..."
+            )
+        return query
+    raise TypeError(f"query must be a str or None, got {type(query).__name__}")
 
 
 def encode_json(value: Any, what: str) -> str:

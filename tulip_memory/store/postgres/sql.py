@@ -50,6 +50,7 @@ yields anyway; the index path finds the matching rows' postings by lexeme (see
 from __future__ import annotations
 
 from tulip_memory.store.postgres import plan as _plan
+from tulip_memory.store.validation import MAX_QUERY_TERMS as _MAX_QUERY_TERMS
 
 COLS = "key, value, metadata, created_at, updated_at, version"
 
@@ -189,16 +190,20 @@ LIMIT $3"""
 # lexical weight, $8 vector weight, $9 bm25 k1, $10 bm25 b, and $11 the statement's
 # own filter argument.
 
-# The query's lexemes, and a tsquery matching any of them: each lexeme is quoted the
-# way tsquery input expects (quote and backslash doubled), never parsed as syntax.
-_PROBE = """
+# The query's lexemes (its first ``MAX_QUERY_TERMS`` distinct ones, in the order they
+# first occur), and a tsquery matching any of them: each lexeme is quoted the way
+# tsquery input expects (quote and backslash doubled), never parsed as syntax.
+_PROBE = f"""
 probe AS (
     SELECT coalesce(array_agg(lexeme), ARRAY[]::text[]) AS terms,
            string_agg(chr(39) || replace(replace(lexeme, chr(92), repeat(chr(92), 2)),
                                          chr(39), repeat(chr(39), 2)) || chr(39),
                       ' | ')::tsquery AS query,
            $7::float8 AS w_lex, $8::float8 AS w_vec, $9::float8 AS k1, $10::float8 AS b
-    FROM unnest(to_tsvector($6::regconfig, $5::text))
+    FROM (
+        SELECT lexeme FROM unnest(to_tsvector($6::regconfig, $5::text))
+        ORDER BY positions[1], lexeme LIMIT {_MAX_QUERY_TERMS}
+    ) q
 )"""
 
 

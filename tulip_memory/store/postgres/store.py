@@ -59,6 +59,7 @@ from tulip_memory.store.validation import (
     encode_json,
     validate_key,
     validate_namespace,
+    validate_query,
     validate_vector,
     validate_write,
 )
@@ -592,6 +593,7 @@ class PgMemory(BatchFirstStore):
         caller's, when its messages carried one) is in ``[since, until)``, a range of
         the ``(tenant, ns, created_at)`` index; they must be timezone-aware."""
         ns = validate_namespace(namespace)
+        query = validate_query(query) or ""
         for name, when in (("since", since), ("until", until)):
             if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
                 raise ValueError(f"{name} must be a timezone-aware datetime, got {when!r}")
@@ -829,6 +831,7 @@ class PgMemory(BatchFirstStore):
         statement: hybrid (bm25 and exact cosine, fused) with a query, most recent
         first without one. ``score`` and ``distance`` are the row's cosine ones."""
         nss = [validate_namespace(ns) for ns in namespaces]
+        query = validate_query(query)
         if not nss:
             return []
         tenant = tenant_of(nss, "search_across")
