@@ -82,10 +82,10 @@ def redis_client(url: str, **kwargs: Any) -> redis.Redis:
     master = _master_name(url, query)
     nodes, db, password = _sentinel_nodes(base)
     timeouts = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(
         nodes, sentinel_kwargs={**timeouts, "password": password}, **timeouts
     )
-    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+    client: redis.Redis = sentinel.master_for(
         master, db=db, password=password, **kwargs
     )
     return client
