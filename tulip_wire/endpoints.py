@@ -82,12 +82,8 @@ def redis_client(url: str, **kwargs: Any) -> redis.Redis:
     master = _master_name(url, query)
     nodes, db, password = _sentinel_nodes(base)
     timeouts = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
-    sentinel = Sentinel(
-        nodes, sentinel_kwargs={**timeouts, "password": password}, **timeouts
-    )
-    client: redis.Redis = sentinel.master_for(
-        master, db=db, password=password, **kwargs
-    )
+    sentinel = Sentinel(nodes, sentinel_kwargs={**timeouts, "password": password}, **timeouts)
+    client: redis.Redis = sentinel.master_for(master, db=db, password=password, **kwargs)
     return client
 
 
