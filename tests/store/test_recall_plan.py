@@ -44,13 +44,13 @@ class Fixture:
     app_dsn: str
     admin_dsn: str
 
-    def store(self, recall_plan: str = "auto") -> PgMemory:
+    def store(self, recall_plan: str = "auto", ranking: HybridRanking = RANKING) -> PgMemory:
         return PgMemory(
             self.app_dsn,
             migrator=self.admin_dsn,
             table=self.table,
             dim=DIM,
-            ranking=RANKING,
+            ranking=ranking,
             recall_plan=recall_plan,  # type: ignore[arg-type]
         )
 
@@ -430,13 +430,13 @@ async def test_postings_are_read_by_lexeme_before_the_table_is_analysed(
         q = HRREncoder(DIM).embed([QUERIES[2]])[0]
         base = (BIG_NS[0], NS_SEP.join(BIG_NS), 10, q, QUERIES[2], "english", 0.5, 0.5, 1.2, 0.4)
         lexical = plan.index_args(10)
-        # The rare lexemes' sum, the others' lookups by key, every lexeme's sum (read
-        # when the cut does not hold), the nearest rows' bm25; and the df of a window's
-        # turns, which no counter holds.
+        # The rare lexemes' sum, the others' lookups by key and their stream against
+        # the partial matches, every lexeme's sum (read when the cut does not hold), the
+        # nearest rows' bm25; and the df of a window's turns, which no counter holds.
         for stmt, args, reads in (
-            ("SEARCH_INDEXED", (*base, False, *lexical), 4),
-            ("SEARCH_TURNS_INDEXED", (*base, None, None, None, *lexical), 4),
-            ("SEARCH_TURNS_INDEXED", (*base, None, START, None, *lexical), 5),
+            ("SEARCH_INDEXED", (*base, False, *lexical), 5),
+            ("SEARCH_TURNS_INDEXED", (*base, None, None, None, *lexical), 5),
+            ("SEARCH_TURNS_INDEXED", (*base, None, START, None, *lexical), 6),
         ):
             statement = slots.read_sql(auto.statement(stmt), "embedding", 2 * DIM)
             shown = await _explain(scale, statement, args)
@@ -452,49 +452,92 @@ async def test_postings_are_read_by_lexeme_before_the_table_is_analysed(
         await admin.close()
 
 
-async def test_a_common_word_is_looked_up_only_for_the_rare_words_matches(
-    auto: PgMemory, exact: PgMemory, scale: Fixture
-) -> None:
-    # 4,500 rows of the big namespace hold "often" (more postings than
-    # plan.ESSENTIAL_POSTINGS), 20 more hold "zephyr" too, at the query's own vector.
-    # MaxScore's cut: "zephyr"'s postings are summed, "often"'s looked up for those 20
-    # rows only, and since they outscore any row holding only "often", no other
-    # posting is read; the ranking is the exact path's.
-    query, ns = "zephyr often", BIG_NS
+async def _planted_search(
+    scale: Fixture, query: str, rows: str, ranking: HybridRanking = RANKING
+) -> tuple[list[str], list[str], list[str]]:
+    """Rows of the big namespace planted by ``rows`` (an INSERT ... SELECT over
+    ``$1`` tenant, ``$2`` namespace, ``$3`` vector width, ``$4`` the query, ``$5`` its
+    vector; keys starting ``often`` or ``zephyr``), searched for ``query`` under
+    ``ranking`` on the auto and the exact path, with EXPLAIN ANALYZE of the index
+    statement; then removed."""
+    ns = BIG_NS
+    auto, exact = scale.store(ranking=ranking), scale.store("exact", ranking=ranking)
     vector = [float(x) for x in HRREncoder(DIM).embed([query])[0]]
     t = f"public.{auto.table_name}"
     async with auto.transaction(ns[0]) as tx:
-        await tx.conn.execute(
-            f"""INSERT INTO {t} (tenant, ns, key, value, content, embedding)
-            SELECT $1, $2, 'often' || i, to_jsonb(c), c,
-                   (SELECT array_agg(random() - 0.5) FROM generate_series(1, $3) WHERE i > 0)
-                   ::vector
-            FROM generate_series(1, 4500) i, LATERAL (SELECT 'often alpha' || (i % 97) AS c) x
-            UNION ALL
-            SELECT $1, $2, 'zephyr' || i, to_jsonb($4::text), $4, $5::float4[]::vector
-            FROM generate_series(10, 29) i""",
-            ns[0],
-            NS_SEP.join(ns),
-            2 * DIM,
-            query,
-            vector,
-        )
+        await tx.conn.execute(rows.format(t=t), ns[0], NS_SEP.join(ns), 2 * DIM, query, vector)
     try:
-        before = auto.plans.copy()
         got = [i.key for i in await auto.search(ns, query, limit=10)]
-        assert auto.plans - before == {plan.INDEX: 1}
+        assert auto.plans == {plan.INDEX: 1}
         want = [i.key for i in await exact.search(ns, query, limit=10)]
-        q = HRREncoder(DIM).embed([query])[0]
-        args = (ns[0], NS_SEP.join(ns), 10, q, query, "english", 0.5, 0.5, RANKING.k1, RANKING.b)
+        q = vector if ranking.vector_weight else None
+        weights = (ranking.lexical_weight, ranking.vector_weight, ranking.k1, ranking.b)
+        args = (ns[0], NS_SEP.join(ns), 10, q, query, "english", *weights)
         statement = slots.read_sql(auto.statement("SEARCH_INDEXED"), "embedding", 2 * DIM)
         shown = await _explain(scale, statement, (*args, False, *plan.index_args(10)), analyze=True)
     finally:
         async with auto.transaction(ns[0]) as tx:
             await tx.conn.execute(f"DELETE FROM {t} WHERE key ~ '^(often|zephyr)'")
+        await auto.close()
+        await exact.close()
+    return got, want, shown.splitlines()
+
+
+def _cte(lines: list[str], name: str) -> str:
+    """The first line of CTE ``name``'s plan."""
+    return lines[lines.index(f"  CTE {name}") + 1]
+
+
+# 4,500 rows of "often" (more postings than plan.ESSENTIAL_POSTINGS), with random vectors.
+_OFTEN = """
+SELECT $1, $2, 'often' || i, to_jsonb(c), c,
+       (SELECT array_agg(random() - 0.5) FROM generate_series(1, $3) WHERE i > 0)::vector
+FROM generate_series(1, 4500) i, LATERAL (SELECT 'often alpha' || (i % 97) AS c) x"""
+
+
+async def test_a_common_word_is_looked_up_only_for_the_rare_words_matches(
+    scale: Fixture,
+) -> None:
+    # 20 more rows hold "zephyr" too, at the query's own vector. MaxScore's cut:
+    # "zephyr"'s postings are summed, "often"'s looked up for those 20 rows only, and
+    # since they outscore any row holding only "often", no other posting is read; the
+    # ranking is the exact path's.
+    got, want, lines = await _planted_search(
+        scale,
+        "zephyr often",
+        f"""INSERT INTO {{t}} (tenant, ns, key, value, content, embedding) {_OFTEN}
+        UNION ALL
+        SELECT $1, $2, 'zephyr' || i, to_jsonb($4::text), $4, $5::float4[]::vector
+        FROM generate_series(10, 29) i""",
+    )
     assert got == want and all(key.startswith("zephyr") for key in got)
-    lines = shown.splitlines()
+    assert "rows=20 " in _cte(lines, "looked") and "rows=0 " in _cte(lines, "joined")
+    assert "never executed" in _cte(lines, "bm"), "\n".join(lines)
 
-    def cte(name: str) -> str:
-        return lines[lines.index(f"  CTE {name}") + 1]
 
-    assert "rows=20 " in cte("done") and "never executed" in cte("bm"), shown
+async def test_many_partial_matches_are_completed_by_one_stream_of_the_common_word(
+    scale: Fixture,
+) -> None:
+    # 3,000 rows hold "zephyr": too many partial matches to look "often" up for each,
+    # so its postings are streamed once and kept where they meet one of them. Ten rows
+    # are the query itself and ten as short hold "zephyr" without "often": only
+    # "often"'s share ranks the first ten first (a lexical ranking: no nearest rows,
+    # whose bm25 is read apart). The ranking is the exact path's, and no posting is
+    # summed beyond those matches.
+    got, want, lines = await _planted_search(
+        scale,
+        "zephyr often",
+        f"""INSERT INTO {{t}} (tenant, ns, key, value, content, embedding) {_OFTEN}
+        UNION ALL
+        SELECT $1, $2, 'zephyr' || i, to_jsonb(c), c, $5::float4[]::vector
+        FROM generate_series(10, 29) i,
+             LATERAL (SELECT CASE WHEN i < 20 THEN $4 ELSE 'zephyr gamma1' END AS c) x
+        UNION ALL
+        SELECT $1, $2, 'zephyr-long' || i, to_jsonb(c), c, $5::float4[]::vector
+        FROM generate_series(1, 2980) i,
+             LATERAL (SELECT $4 || ' gamma' || (i % 83) || ' delta' || (i % 79) AS c) x""",
+        HybridRanking(lexical_weight=1.0, vector_weight=0.0),
+    )
+    assert got == want and sorted(got) == [f"zephyr{i}" for i in range(10, 20)]
+    assert "rows=3000 " in _cte(lines, "joined") and "rows=0 " in _cte(lines, "looked")
+    assert "never executed" in _cte(lines, "bm"), "\n".join(lines)

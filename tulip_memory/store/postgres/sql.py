@@ -386,11 +386,14 @@ def _indexed(
     13-19% of a namespace of conversation turns) can add little. The rarest lexemes
     whose postings add up to at most
     :data:`~tulip_memory.store.postgres.plan.ESSENTIAL_POSTINGS` are essential: their
-    postings are streamed into a partial sum by row (``part``). The others are looked
-    up by key, only for the partial matches that could still be among the best
-    ``${cand + 1}`` (partial plus the others' bound at least the ``${cand + 1}``-th
-    best partial, ``todo``), and only when those lookups cost less than streaming the
-    others' postings (``go``, :data:`~tulip_memory.store.postgres.plan.LOOKUP_COST`).
+    postings are streamed into a partial sum by row (``part``). The others complete
+    only the partial matches that could still be among the best ``${cand + 1}``
+    (partial plus the others' bound at least the ``${cand + 1}``-th best partial,
+    ``todo``): looked up by key when those are few (``looked``), else streamed and
+    kept where they meet one of them, a hashed semi-join with nothing summed for the
+    rest (``joined``); ``go`` picks the cheaper by
+    :data:`~tulip_memory.store.postgres.plan.LOOKUP_COST` and
+    :data:`~tulip_memory.store.postgres.plan.JOIN_COST`.
     A row matching only the others scores less than their bound (``split.rest``):
     when the best completed match reaches it, that match is the scope's best (the
     normalising maximum, ``best``), and a row outside the completed ones scores less
@@ -412,6 +415,7 @@ def _indexed(
     same = " AND ".join(f"c.{k} = b.{k}" for k in keys.split(", "))
     v_keys = ", ".join(f"v.{k}" for k in keys.split(", "))
     x_keys = ", ".join(f"x.{k}" for k in keys.split(", "))
+    t_keys = ", ".join(f"t.{k}" for k in keys.split(", "))
     on_keys = " AND ".join(f"{k} = v.{k}" for k in keys.split(", "))
     on_x = " AND ".join(f"{k} = x.{k}" for k in keys.split(", "))
     postings = f"""w CROSS JOIN LATERAL (
@@ -459,10 +463,13 @@ todo AS MATERIALIZED (
     SELECT x.* FROM part x CROSS JOIN split CROSS JOIN low WHERE x.bm25 + split.rest >= low.theta
 ),
 go AS MATERIALIZED (
-    SELECT cut AND (SELECT count(*) FROM todo) * others * {_plan.LOOKUP_COST} <= streamed AS by_key
-    FROM split
+    SELECT cut AND looking <= joining AS by_key, cut AND looking > joining AS by_join FROM (
+        SELECT cut, (SELECT count(*) FROM todo) * others * {_plan.LOOKUP_COST} AS looking,
+               streamed * {_plan.JOIN_COST} AS joining
+        FROM split
+    ) c
 ),
-done AS MATERIALIZED (
+looked AS MATERIALIZED (
     SELECT {x_keys}, x.bm25 + coalesce(r.bm25, 0) AS bm25
     FROM todo x CROSS JOIN LATERAL (
         SELECT {_BM25_SUM} FROM w CROSS JOIN LATERAL (
@@ -472,8 +479,20 @@ done AS MATERIALIZED (
     ) r
     WHERE (SELECT by_key FROM go)
 ),
+joined AS MATERIALIZED (
+    SELECT {keys}, sum(bm25) AS bm25 FROM (
+        SELECT {keys}, bm25 FROM todo
+        UNION ALL
+        SELECT {t_keys}, w.idf * t.tf / (t.tf + w.c + w.k * t.dl) FROM {postings}
+        WHERE NOT w.ess AND (({t_keys}) IN (SELECT {keys} FROM todo)) IS TRUE
+    ) j
+    WHERE (SELECT by_join FROM go)
+    GROUP BY {keys}
+),
+done AS MATERIALIZED (SELECT * FROM looked UNION ALL SELECT * FROM joined),
 cut AS MATERIALIZED (
-    SELECT go.by_key AND coalesce((SELECT max(bm25) FROM done), 0) >= split.rest AS ok
+    SELECT (go.by_key OR go.by_join) AND coalesce((SELECT max(bm25) FROM done), 0) >= split.rest
+           AS ok
     FROM go CROSS JOIN split
 ),
 bm AS MATERIALIZED (
