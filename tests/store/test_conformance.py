@@ -167,6 +167,12 @@ async def test_semantic_search_with_embeddings(store: BaseStore, tenant: str) ->
     with pytest.raises(ValueError, match="NaN"):
         await store.put_with_embedding(ns, "bad", "v", [math.nan] * dim)
     assert await store.get(ns, "bad") is None
+    # A threshold is a finite number: NaN kept every hit on one backend, none on another.
+    with pytest.raises(ValueError, match="finite"):
+        await store.search_by_embedding(ns, unit(0), threshold=math.nan)
+    with pytest.raises(TypeError, match="threshold must be a number"):
+        await store.search_by_embedding(ns, unit(0), threshold="0.5")  # type: ignore[arg-type]
+    assert len(await store.search_by_embedding(ns, unit(0), threshold=0)) == 3  # an int is fine
 
 
 async def test_put_batch_and_get_batch(store: BaseStore, tenant: str) -> None:

@@ -460,7 +460,7 @@ async def test_a_query_keeps_its_first_distinct_terms(pg_dsn: str, tenant: str) 
         await s.close()
 
 
-async def test_oversized_and_mistyped_queries_are_refused(pg_dsn: str, tenant: str) -> None:
+async def test_oversized_and_mistyped_arguments_are_refused(pg_dsn: str, tenant: str) -> None:
     s = app_store(pg_dsn, table=fresh_table(), embedder=HashingEmbedder(64))
     ns = (tenant, "facts")
     huge = "tea " * (MAX_QUERY_CHARS // 4) + "x"
@@ -477,6 +477,10 @@ async def test_oversized_and_mistyped_queries_are_refused(pg_dsn: str, tenant: s
             with pytest.raises(TypeError, match="query must be a str"):
                 await search(b"tea")
             assert len(await search(huge[:MAX_QUERY_CHARS])) <= 1  # the limit itself is fine
+        with pytest.raises(ValueError, match="finite"):
+            await s.search_turns(ns, "tea", threshold=float("inf"))
+        with pytest.raises(TypeError, match="threshold must be a number"):
+            await s.search_turns(ns, "tea", threshold=True)
     finally:
         await s.close()
 

@@ -54,6 +54,7 @@ from tulip_memory.store.validation import (
     NS_SEP,
     validate_key,
     validate_namespace,
+    validate_threshold,
     validate_vector,
     validate_write,
 )
@@ -593,6 +594,7 @@ class HolographicStore(BatchFirstStore):
     ) -> list[SemanticSearchResult]:
         self._require_vectors()
         ns = validate_namespace(namespace)
+        threshold = validate_threshold(threshold)
         q = np.asarray(validate_vector(query_embedding, self._vdim), dtype=np.float32)
         if limit <= 0 or not np.any(q):
             return []

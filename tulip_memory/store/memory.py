@@ -36,6 +36,7 @@ from tulip_memory.store.validation import (
     ValidWrite,
     validate_key,
     validate_namespace,
+    validate_threshold,
     validate_vector,
     validate_write,
 )
@@ -195,6 +196,7 @@ class InMemoryStore(BatchFirstStore):
         metadata_filter: dict[str, Any] | None = None,
     ) -> list[SemanticSearchResult]:
         ns = validate_namespace(namespace)
+        threshold = validate_threshold(threshold)
         q = np.asarray(validate_vector(query_embedding, self._encoder.dimension), np.float32)
         ranked = self._ranked(ns, vector_or_none(q), None, metadata_filter, vectors_only=True)
         out: list[SemanticSearchResult] = []

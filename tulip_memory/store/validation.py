@@ -75,6 +75,19 @@ def validate_query(query: Any) -> str | None:
     raise TypeError(f"query must be a str or None, got {type(query).__name__}")
 
 
+def validate_threshold(threshold: Any) -> float | None:
+    """Return ``threshold`` (a similarity floor) as a float, or ``None``; a value that
+    is not a real number, or not finite, is refused (NaN would keep every result on
+    one backend and none on another)."""
+    if threshold is None:
+        return None
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+        raise TypeError(f"threshold must be a number or None, got {type(threshold).__name__}")
+    if not math.isfinite(threshold):
+        raise ValueError(f"threshold must be finite, got {threshold!r}")
+    return float(threshold)
+
+
 def encode_json(value: Any, what: str) -> str:
     """Serialize ``value`` to JSON text that Postgres ``jsonb`` also accepts."""
     try:

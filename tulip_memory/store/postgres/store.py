@@ -60,6 +60,7 @@ from tulip_memory.store.validation import (
     validate_key,
     validate_namespace,
     validate_query,
+    validate_threshold,
     validate_vector,
     validate_write,
 )
@@ -594,6 +595,7 @@ class PgMemory(BatchFirstStore):
         the ``(tenant, ns, created_at)`` index; they must be timezone-aware."""
         ns = validate_namespace(namespace)
         query = validate_query(query) or ""
+        threshold = validate_threshold(threshold)
         for name, when in (("since", since), ("until", until)):
             if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
                 raise ValueError(f"{name} must be a timezone-aware datetime, got {when!r}")
@@ -876,6 +878,7 @@ class PgMemory(BatchFirstStore):
         metadata_filter: dict[str, Any] | None = None,
     ) -> list[SemanticSearchResult]:
         ns = validate_namespace(namespace)
+        threshold = validate_threshold(threshold)
         mf = None if metadata_filter is None else encode_json(metadata_filter, "metadata_filter")
         name = NS_SEP.join(ns)
 
