@@ -64,12 +64,12 @@ def validate_key(key: Any) -> str:
 
 def validate_query(query: Any) -> str | None:
     """Return ``query`` (``None`` or a string of at most :data:`MAX_QUERY_CHARS`
-    characters), or raise naming what is wrong."""
+    characters), or raise naming what is wrong; never quoting it (a query is a user's
+    words, and an error's text reaches logs)."""
     if query is None or isinstance(query, str):
         if query is not None and len(query) > MAX_QUERY_CHARS:
             raise ValueError(
-                f"query is {len(query)} characters, over the {MAX_QUERY_CHARS}-character "
-                f"limit: {query[:40]!r}..."
+                f"query is {len(query)} characters, over the {MAX_QUERY_CHARS}-character limit"
             )
         return query
     raise TypeError(f"query must be a str or None, got {type(query).__name__}")
