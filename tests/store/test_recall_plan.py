@@ -452,20 +452,29 @@ async def test_postings_are_read_by_lexeme_before_the_table_is_analysed(
         await admin.close()
 
 
+# 4,500 rows of "often" (more postings than plan.ESSENTIAL_POSTINGS), with random vectors.
+_OFTEN = """
+SELECT $1, $2, 'often' || i, to_jsonb(c), c,
+       (SELECT array_agg(random() - 0.5) FROM generate_series(1, $3) WHERE i > 0)::vector
+FROM generate_series(1, 4500) i, LATERAL (SELECT 'often alpha' || (i % 97) AS c) x"""
+_PLANTED_QUERY = "zephyr often"
+
+
 async def _planted_search(
-    scale: Fixture, query: str, rows: str, ranking: HybridRanking = RANKING
+    scale: Fixture, rows: str, ranking: HybridRanking = RANKING
 ) -> tuple[list[str], list[str], list[str]]:
-    """Rows of the big namespace planted by ``rows`` (an INSERT ... SELECT over
-    ``$1`` tenant, ``$2`` namespace, ``$3`` vector width, ``$4`` the query, ``$5`` its
-    vector; keys starting ``often`` or ``zephyr``), searched for ``query`` under
-    ``ranking`` on the auto and the exact path, with EXPLAIN ANALYZE of the index
-    statement; then removed."""
-    ns = BIG_NS
+    """The big namespace with :data:`_OFTEN` and ``rows`` planted (``UNION ALL``
+    branches over ``$1`` tenant, ``$2`` namespace, ``$3`` vector width, ``$4`` the
+    query, ``$5`` its vector; keys starting ``zephyr``), searched for
+    :data:`_PLANTED_QUERY` under ``ranking`` on the auto and the exact path, with
+    EXPLAIN ANALYZE of the index statement; then removed."""
+    ns, query = BIG_NS, _PLANTED_QUERY
     auto, exact = scale.store(ranking=ranking), scale.store("exact", ranking=ranking)
     vector = [float(x) for x in HRREncoder(DIM).embed([query])[0]]
     t = f"public.{auto.table_name}"
+    insert = f"INSERT INTO {t} (tenant, ns, key, value, content, embedding) {_OFTEN} {rows}"
     async with auto.transaction(ns[0]) as tx:
-        await tx.conn.execute(rows.format(t=t), ns[0], NS_SEP.join(ns), 2 * DIM, query, vector)
+        await tx.conn.execute(insert, ns[0], NS_SEP.join(ns), 2 * DIM, query, vector)
     try:
         got = [i.key for i in await auto.search(ns, query, limit=10)]
         assert auto.plans == {plan.INDEX: 1}
@@ -488,13 +497,6 @@ def _cte(lines: list[str], name: str) -> str:
     return lines[lines.index(f"  CTE {name}") + 1]
 
 
-# 4,500 rows of "often" (more postings than plan.ESSENTIAL_POSTINGS), with random vectors.
-_OFTEN = """
-SELECT $1, $2, 'often' || i, to_jsonb(c), c,
-       (SELECT array_agg(random() - 0.5) FROM generate_series(1, $3) WHERE i > 0)::vector
-FROM generate_series(1, 4500) i, LATERAL (SELECT 'often alpha' || (i % 97) AS c) x"""
-
-
 async def test_a_common_word_is_looked_up_only_for_the_rare_words_matches(
     scale: Fixture,
 ) -> None:
@@ -504,9 +506,7 @@ async def test_a_common_word_is_looked_up_only_for_the_rare_words_matches(
     # ranking is the exact path's.
     got, want, lines = await _planted_search(
         scale,
-        "zephyr often",
-        f"""INSERT INTO {{t}} (tenant, ns, key, value, content, embedding) {_OFTEN}
-        UNION ALL
+        """UNION ALL
         SELECT $1, $2, 'zephyr' || i, to_jsonb($4::text), $4, $5::float4[]::vector
         FROM generate_series(10, 29) i""",
     )
@@ -526,9 +526,7 @@ async def test_many_partial_matches_are_completed_by_one_stream_of_the_common_wo
     # summed beyond those matches.
     got, want, lines = await _planted_search(
         scale,
-        "zephyr often",
-        f"""INSERT INTO {{t}} (tenant, ns, key, value, content, embedding) {_OFTEN}
-        UNION ALL
+        """UNION ALL
         SELECT $1, $2, 'zephyr' || i, to_jsonb(c), c, $5::float4[]::vector
         FROM generate_series(10, 29) i,
              LATERAL (SELECT CASE WHEN i < 20 THEN $4 ELSE 'zephyr gamma1' END AS c) x

@@ -344,9 +344,11 @@ def _fused(s: str) -> str:
     )
 
 
-# A row's bm25 over its postings ``t`` and the query lexemes' factors ``w``, written
-# once for both places that compute it: the statement merges their values per row.
-_BM25_SUM = "sum(w.idf * t.tf / (t.tf + w.c + w.k * t.dl)) AS bm25"
+# What a posting ``t`` adds to its row's bm25 under the query lexemes' factors ``w``,
+# and a row's bm25 over its postings, written once for every place that computes them:
+# the statement merges their values per row.
+_BM25_TERM = "w.idf * t.tf / (t.tf + w.c + w.k * t.dl)"
+_BM25_SUM = f"sum({_BM25_TERM}) AS bm25"
 
 
 def _reach(bm25: str) -> str:
@@ -483,7 +485,7 @@ joined AS MATERIALIZED (
     SELECT {keys}, sum(bm25) AS bm25 FROM (
         SELECT {keys}, bm25 FROM todo
         UNION ALL
-        SELECT {t_keys}, w.idf * t.tf / (t.tf + w.c + w.k * t.dl) FROM {postings}
+        SELECT {t_keys}, {_BM25_TERM} FROM {postings}
         WHERE NOT w.ess AND (({t_keys}) IN (SELECT {keys} FROM todo)) IS TRUE
     ) j
     WHERE (SELECT by_join FROM go)
