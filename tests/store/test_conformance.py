@@ -218,6 +218,7 @@ async def test_list_namespaces_and_clear(store: BaseStore, tenant: str) -> None:
         (("t",), "k", {1, 2}, TypeError, "not JSON-serializable"),
         (("t",), "k", float("nan"), TypeError, "not JSON-serializable"),
         (("t",), "k", "nul\x00byte", ValueError, "NUL"),
+        (("t",), "k", {"a": "lone \ud800"}, ValueError, "surrogate at character"),
     ],
 )
 async def test_bad_input_is_refused_and_writes_nothing(
@@ -251,6 +252,11 @@ async def test_oversized_and_mistyped_queries_are_refused(store: BaseStore, tena
     assert "tea" not in str(refused.value)  # the user's words stay out of error text
     with pytest.raises(TypeError, match="query must be a str"):
         await store.search_many([(tenant,)], 42)  # type: ignore[arg-type]
+    # A lone surrogate (what a JSON "\ud800" escape decodes to) is searched as text
+    # (the seed's substring match finds no row containing it).
+    substring = isinstance(store, InMemoryStore) and store.search_mode == "substring"
+    found = [i.key for i in await store.search((tenant,), "tea \udfff")]
+    assert found == ([] if substring else ["k"])
     assert [i.key for i in await store.search((tenant,), "tea")] == ["k"]
 
 

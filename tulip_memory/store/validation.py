@@ -96,6 +96,20 @@ def encode_json(value: Any, what: str) -> str:
         raise TypeError(f"{what} is not JSON-serializable: {e}") from e
     if "\\u0000" in text:
         raise ValueError(f"{what} contains a NUL character (\\u0000), which jsonb cannot store")
+    return _utf8(text, what)
+
+
+def _utf8(text: str, what: str) -> str:
+    """``text`` if UTF-8 can carry it, or a ``ValueError`` saying where it cannot (a
+    lone UTF-16 surrogate, which JSON's ``\\ud800`` escapes decode to), never quoting
+    it: the driver's own error would quote the whole value."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{what} holds a lone UTF-16 surrogate at character {e.start}, which UTF-8 "
+            "(and so Postgres text) cannot carry"
+        ) from None
     return text
 
 

@@ -500,10 +500,11 @@ class PgMemory(BatchFirstStore):
         return {s: await self._layouts.encode(s, texts, self._get_pool) for s in layout.write}
 
     def _text_args(self, query: str) -> tuple[Any, ...]:
-        """``$5``–``$10`` of a hybrid statement: the query text (NUL, which Postgres
-        text cannot hold, read as a space), the configuration, the ranking knobs."""
+        """``$5``–``$10`` of a hybrid statement: the query text (NUL and lone UTF-16
+        surrogates, which Postgres text cannot hold, read as spaces), the configuration,
+        the ranking knobs."""
         r = self._ranking
-        text = query.replace("\x00", " ")
+        text = _UNSTORABLE.sub(" ", query)
         return (text, self._ts_config, r.lexical_weight, r.vector_weight, r.k1, r.b)
 
     def _warn_substring(self) -> None:
@@ -939,6 +940,10 @@ class TurnMatch:
     turn: dict[str, Any]
     metadata: dict[str, Any]
     position: int
+
+
+#: What Postgres text cannot hold: NUL, and lone UTF-16 surrogates (UTF-8 has none).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def _undefined_column() -> type[Exception]:
