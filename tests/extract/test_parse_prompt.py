@@ -101,6 +101,17 @@ def test_items_are_validated_one_by_one() -> None:
     assert isinstance(validate_item(low, min_confidence=0.5), str)
 
 
+def test_text_postgres_cannot_store_drops_the_item_or_its_optional_field() -> None:
+    for bad in ("\x00", "\ud800", "\udfff"):
+        reason = validate_item({**ITEM, "content": f"The user is{bad} Ana."})
+        assert isinstance(reason, str) and reason.startswith("content holds a NUL")
+        memory = validate_item(
+            {**ITEM, "why": bad, "how_to_apply": f"a{bad}", "sources": ["m1", f"m{bad}"]}
+        )
+        assert isinstance(memory, Memory)
+        assert memory.metadata == {"source_ids": ["m1"]}
+
+
 def test_fields_other_than_a_memorys_are_ignored() -> None:
     item = {
         **ITEM,

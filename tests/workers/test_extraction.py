@@ -45,6 +45,14 @@ def event(ns: tuple[str, ...], *texts: str, seq: int = 1, ago: float = 0.0) -> E
     return session_ended(ns, "thread-1", msgs, ts=time.time() - ago).with_seq(seq)
 
 
+def llm_worker(store: PgMemory, fake: FakeOpenAI) -> ExtractionWorker:
+    """A worker whose extractor is a model of the fake server, retried by the worker only."""
+    config = LLMExtractorConfig(
+        model="openai/test-model", api_base=fake.url, api_key="k", max_retries=0
+    )
+    return ExtractionWorker(store=store, extractor=LLMStep(config), retry=FAST)
+
+
 @pytest.fixture
 async def store(pg_dsn: str) -> AsyncIterator[PgMemory]:
     s = app_store(pg_dsn, table=TABLE, embedder=HashingEmbedder(384))
@@ -271,10 +279,7 @@ async def test_model_rate_limits_are_retried_in_place(
         Reply(status=503),
         Reply(content=answer),
     )
-    config = LLMExtractorConfig(
-        model="openai/test-model", api_base=fake_openai.url, api_key="k", max_retries=0
-    )
-    worker = ExtractionWorker(store=store, extractor=LLMStep(config), retry=FAST)
+    worker = llm_worker(store, fake_openai)
     ns = (tenant, "users", "u3")
     env = event(ns, "I drink matcha every morning.")
     assert await worker.handle(encode(env)) == APPLIED
@@ -285,10 +290,7 @@ async def test_model_garbage_every_time_is_dead_lettered_and_the_shard_moves_on(
     store: PgMemory, reader: AsyncReader, fake_openai: FakeOpenAI, tenant: str
 ) -> None:
     fake_openai.default_chat = lambda request: Reply(content="I am not JSON at all")
-    config = LLMExtractorConfig(
-        model="openai/test-model", api_base=fake_openai.url, api_key="k", max_retries=0
-    )
-    worker = ExtractionWorker(store=store, extractor=LLMStep(config), retry=FAST)
+    worker = llm_worker(store, fake_openai)
     ns = (tenant, "users", "u4")
     poison = event(ns, "hello", seq=1)
     assert await worker.handle(encode(poison)) == DEAD
@@ -511,3 +513,26 @@ async def test_a_message_reusing_a_dead_letters_id_is_filed_under_its_digest(
         assert handled.outcome == DEAD and handled.event_id != victim.id
         assert await dead_reason(postgres.admin_dsn, victim.id, tenant=holder) == before
     assert (await reader.status(owned.id, tenant=tenant)).state == "dead"
+
+
+async def test_model_items_postgres_cannot_store_are_dropped_not_the_event(
+    store: PgMemory, reader: AsyncReader, fake_openai: FakeOpenAI, tenant: str
+) -> None:
+    """A model's NUL or lone surrogate (JSON ``\\u0000``, ``\\ud800``) in one item
+    costs that item (or its optional field), not the session's other memories: the
+    write of such text would fail every attempt and dead-letter the whole event."""
+    good = {"type": "user", "key": "pet", "content": "The user's dog is Rex.", "why": "x\ud800"}
+    answer = json.dumps(
+        [
+            {"type": "user", "key": "nul", "content": "Likes \u0000 tea"},
+            {"type": "user", "key": "lone", "content": "Likes caf\udce9"},
+            good,
+            {**good, "key": "sources", "sources": ["m1", "m\u0000"], "how_to_apply": "\u0000"},
+        ]
+    )
+    fake_openai.script_chat(Reply(content=answer))
+    worker = llm_worker(store, fake_openai)
+    ns = (tenant, "users", "u9")
+    env = event(ns, "My dog is Rex.")
+    assert await worker.handle(encode(env)) == APPLIED
+    assert sorted(m.key for m in await reader.recall(ns, "dog Rex")) == ["pet", "sources"]

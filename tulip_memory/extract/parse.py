@@ -3,7 +3,10 @@
 Pure functions. The JSON may sit in code fences or prose; items that are not valid
 memories are dropped with a reason. Only the fields a memory has are read: anything
 else in an item (a namespace, a tenant, ...) is ignored, so model output never
-chooses where a memory is written.
+chooses where a memory is written. Text Postgres cannot store (a NUL or a lone
+UTF-16 surrogate, which JSON's ``\\u0000`` / ``\\ud800`` escapes decode to) drops
+its item when it is the content, and is left out as any unusable optional field is:
+written, it would fail every attempt and make the whole event a dead letter.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from tulip_memory.manager.memory import Memory, MemoryType
+from tulip_memory.store.validation import UNSTORABLE
 
 MAX_KEY_CHARS = 120
 MAX_CONTENT_CHARS = 2_000
@@ -98,6 +102,8 @@ def validate_item(item: Any, *, min_confidence: float = 0.0) -> Memory | str:
         return "missing content"
     if len(content) > MAX_CONTENT_CHARS:
         return f"content longer than {MAX_CONTENT_CHARS} characters"
+    if UNSTORABLE.search(content):
+        return "content holds a NUL or a lone surrogate, which Postgres text cannot store"
     metadata = _metadata(item)
     if metadata.get("confidence", 1.0) < min_confidence:
         return f"confidence {metadata['confidence']} below {min_confidence}"
@@ -124,7 +130,7 @@ def _metadata(item: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in ("why", "how_to_apply"):
         value = item.get(name)
-        if isinstance(value, str) and value.strip():
+        if _storable(value) and value.strip():
             out[name] = value.strip()
     confidence = item.get("confidence")
     if (
@@ -135,9 +141,13 @@ def _metadata(item: Mapping[str, Any]) -> dict[str, Any]:
         out["confidence"] = min(1.0, max(0.0, float(confidence)))
     sources = item.get("sources")
     if isinstance(sources, list):
-        ids = [i for i in sources if isinstance(i, str) and 0 < len(i) <= 256]
+        ids = [i for i in sources if _storable(i) and 0 < len(i) <= 256]
         out["source_ids"] = ids[:MAX_SOURCES]  # the worker keeps the session's own only
     return out
+
+
+def _storable(value: Any) -> TypeGuard[str]:
+    return isinstance(value, str) and UNSTORABLE.search(value) is None
 
 
 def _loads(text: str) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,10 @@ MAX_QUERY_CHARS = 32_768
 #: A query's lexical side keeps its first this many distinct terms, so its cost is
 #: bounded whatever the text: each term is an index read on every backend.
 MAX_QUERY_TERMS = 64
+
+#: What Postgres text cannot hold: NUL, and lone UTF-16 surrogates (UTF-8 has none;
+#: JSON's ``\\u0000`` and ``\\ud800`` escapes decode to them).
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 Namespace = tuple[str, ...]
 

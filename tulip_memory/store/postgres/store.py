@@ -56,6 +56,7 @@ from tulip_memory.store.postgres.writer import (
 from tulip_memory.store.ranking import score_of, tenant_of, vector_or_none
 from tulip_memory.store.validation import (
     NS_SEP,
+    UNSTORABLE,
     encode_json,
     validate_key,
     validate_namespace,
@@ -504,7 +505,7 @@ class PgMemory(BatchFirstStore):
         surrogates, which Postgres text cannot hold, read as spaces), the configuration,
         the ranking knobs."""
         r = self._ranking
-        text = _UNSTORABLE.sub(" ", query)
+        text = UNSTORABLE.sub(" ", query)
         return (text, self._ts_config, r.lexical_weight, r.vector_weight, r.k1, r.b)
 
     def _warn_substring(self) -> None:
@@ -940,10 +941,6 @@ class TurnMatch:
     turn: dict[str, Any]
     metadata: dict[str, Any]
     position: int
-
-
-#: What Postgres text cannot hold: NUL, and lone UTF-16 surrogates (UTF-8 has none).
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def _undefined_column() -> type[Exception]:
