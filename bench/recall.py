@@ -22,7 +22,11 @@ and the same for ``search_turns`` (``Reader.recall_turns``) on the turns table.
 
 Usage: python -m bench.recall [--full] [--rows 100000] [--namespaces 1000]
     [--largest 50000] [--turns 50000] [--queries 40] [--admin-dsn DSN] [--reuse]
-    [--turn-texts '../shared/data/locomo10/*.json']
+    [--turn-texts '../shared/data/locomo10/*.json'] [--nearest]
+
+``--nearest`` also times the index path's two ways to a namespace's nearest rows (the
+HNSW graph, the scan of the namespace's own rows) on namespaces of every size, beside
+the way ``plan.choose`` takes: what its constants were fitted on.
 
 The bench's sentences draw their words uniformly from 3,000, so no word is common and a
 query of four matches ~1% of a namespace's rows. Real words are not uniform: four
@@ -66,7 +70,8 @@ from pgvector import Vector
 from bench._services import open_services
 from tulip_memory.embeddings.hashing import HashingEmbedder
 from tulip_memory.store import PgMemory
-from tulip_memory.store.postgres import plan, slots
+from tulip_memory.store.postgres import plan, slots, sql
+from tulip_memory.store.postgres.render import render
 from tulip_memory.store.validation import NS_SEP
 
 TABLE = "bench_recall"
@@ -405,6 +410,60 @@ async def _peer_search(store: Any, q: Query) -> list[str]:
     return [h.key for h in hits]
 
 
+# The index path's nearest rows alone, each way (``sql.nearest``), as the app role.
+_NEAR = "SELECT 1 FROM {t} WHERE tenant = $1 AND ns = $2 AND $3::int > 0 ORDER BY {n} LIMIT $3"
+
+
+async def measure_nearest(
+    app_dsn: str, table: str, corpus: Corpus, emb: HashingEmbedder, per: int
+) -> None:
+    """For the namespaces of at least ``plan.INDEX_MIN_ROWS`` rows (up to two a
+    doubling of size): the median time of the index path's ``per`` nearest-row reads
+    from the HNSW graph and from the scope's scan, and the way ``plan.choose`` takes,
+    so that its constants can be checked against this host and these rows."""
+    import asyncpg
+    from pgvector.asyncpg import register_vector
+
+    conn = await asyncpg.connect(app_dsn)
+    await register_vector(conn)
+    table_rows = await plan.TableRows().get(conn, f"public.{table}")
+    picked: dict[int, list[tuple[str, ...]]] = {}
+    for ns, n in sorted(corpus.sizes.items(), key=lambda x: -x[1]):
+        if n >= plan.INDEX_MIN_ROWS and len(picked.setdefault(n.bit_length(), [])) < 2:
+            picked[n.bit_length()].append(ns)
+    candidates, _ = plan.index_args(LIMIT)
+    print(f"\nthe nearest {candidates} rows of {table} ({table_rows:,.0f} rows), median ms")
+    print(f"{'rows':>8} {'share':>7} {'graph':>7} {'scan':>7}  chosen (faster)")
+    try:
+        for ns in [ns for group in picked.values() for ns in group]:
+            times = {}
+            for way in (plan.INDEX, plan.SCAN):
+                statement = slots.read_sql(
+                    sql.nearest(render(_NEAR, t=f"public.{table}"), way), "embedding", emb.dimension
+                )
+                spent = []
+                for _, text in corpus.samples[ns][:per]:
+                    vector = emb.embed([text])[0]
+                    async with conn.transaction():
+                        await conn.execute(sql.PIN_TENANT, ns[0])
+                        await conn.execute(
+                            sql.PLAN_SETTINGS, str(plan.ef_search(LIMIT)), str(plan.MAX_SCAN_TUPLES)
+                        )
+                        started = time.perf_counter()
+                        await conn.fetch(statement, ns[0], NS_SEP.join(ns), candidates, vector)
+                        spent.append((time.perf_counter() - started) * 1000)
+                times[way] = float(np.median(spent))
+            n = corpus.sizes[ns]
+            chosen = plan.choose(n, table_rows, LIMIT)
+            faster = min(times, key=times.__getitem__)
+            print(
+                f"{n:8,} {n / table_rows:7.2%} {times[plan.INDEX]:7.2f} {times[plan.SCAN]:7.2f}"
+                f"  {chosen} ({faster})"
+            )
+    finally:
+        await conn.close()
+
+
 def report(title: str, rows: dict[str, Row], peer: bool) -> None:
     print(f"\n{title}")
     head = f"{'class':>9} {'n':>4} {'tulip p50':>9} {'p99':>7}"
@@ -470,6 +529,9 @@ async def run(args: argparse.Namespace) -> None:
         turn_rows = await measure_turns(
             services.app_dsn, pick_queries(turns, args.queries, rng), emb
         )
+        if args.nearest:
+            for table, corpus in ((TABLE, memories), (f"{TABLE}_turns", turns)):
+                await measure_nearest(services.app_dsn, table, corpus, emb, per=8)
     largest = max(memories.sizes.values())
     loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
@@ -500,6 +562,12 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=40, help="per size class")
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--no-peer", action="store_true", help="skip LangGraph's store")
+    parser.add_argument(
+        "--nearest",
+        action="store_true",
+        help="also time the index path's nearest rows from the HNSW graph and from the"
+        " scope's scan, per namespace (plan.choose's constants)",
+    )
     parser.add_argument("--admin-dsn", help="an existing Postgres with pgvector (superuser)")
     parser.add_argument(
         "--turn-texts",
