@@ -345,14 +345,15 @@ async def wait_for_waiter(table: Table, statement: str) -> None:
 
 
 async def test_the_old_slots_index_stays_where_recall_reads_it(table: Table) -> None:
-    """A namespace big enough for the index path keeps the old slot's HNSW index over
+    """A namespace big enough for the HNSW graph keeps the old slot's HNSW index over
     its table for the whole job (its recall would scan every row without it); the
     turns', whose namespaces are all small, goes for the job as ever."""
     store = table.store()
     await fill(store, ["acme"], 3)
     big = ("acme", "big")
-    await store.put_batch(  # plan.INDEX_MIN_ROWS rows
-        [(big, f"b{i:05d}", {"text": f"note {i} on {i % 11}"}, None) for i in range(2_500)]
+    rows = plan.GRAPH_MIN_ROWS
+    await store.put_batch(
+        [(big, f"b{i:05d}", {"text": f"note {i} on {i % 11}"}, None) for i in range(rows)]
     )
     reindexer, sent = keeping(table, store)
     job = await reindexer.start(NEW, batch=1_000)

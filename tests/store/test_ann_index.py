@@ -77,7 +77,9 @@ async def test_migration_19_moves_every_slot_index_to_halfvec_and_recall_reads_i
                 f"{name}_turns_hnsw",
             ),
         ):
-            statement = slots.read_sql(store.statement(stmt), "embedding", DIM)
+            statement = slots.read_sql(
+                sql.nearest(store.statement(stmt), plan.INDEX), "embedding", DIM
+            )
             shown = await _explain(pg_dsn, statement, args)
             assert f"Index Scan using {index}" in shown, shown
     finally:

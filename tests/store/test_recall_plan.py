@@ -1,8 +1,10 @@
 """Invariant 6 at scale: recall is complete everywhere and sublinear on big namespaces.
 
 One table where a tenant holds 100,000 rows in one namespace, 30 tenants hold 1-50,
-and one namespace of 14,000 rows keeps its vectors where a search near the query never
-reaches them (opposite the query, beyond the iterative scan's ``max_scan_tuples``).
+one namespace of 5,000 rows is too small a share of the table for the HNSW graph (the
+index path reads its vectors by a scan of its own rows), and one of 20,000 rows keeps
+its vectors where a search near the query never reaches them (opposite the query,
+beyond the iterative scan's ``max_scan_tuples``).
 The same shapes fill the turns table. Everything is read through the application
 role under forced row-level security. The tests assert on the path the store chose
 (its ``plans`` counter, and EXPLAIN of the index statement), never on time.
@@ -31,7 +33,8 @@ from tulip_memory.store.postgres import plan, slots, sql
 from tulip_memory.store.validation import NS_SEP
 
 DIM = 8  # HRR: 16-wide vectors keep the 100,000-row fixture quick to build
-BIG, RARE = 100_000, 14_000  # RARE: big enough for the index path (plan.choose)
+# RARE: big enough for the HNSW graph (plan.choose), MID for the index path only
+BIG, RARE, MID = 100_000, 20_000, 5_000
 SMALL = [1 + (i * 7) % 50 for i in range(30)]
 START = datetime(2026, 1, 1, tzinfo=UTC)
 QUERIES = ["alpha5 beta7", "gamma11", "alpha40 gamma2 beta3", "beta88", "alpha1 beta2"]
@@ -57,8 +60,14 @@ class Fixture:
 
 BIG_NS: tuple[str, ...] = ("bigco", "facts")
 RARE_NS: tuple[str, ...] = ("rareco", "facts")
+MID_NS: tuple[str, ...] = ("midco", "facts")
 SMALL_NS: list[tuple[str, ...]] = [(f"small{j}", "facts") for j in range(len(SMALL))]
-SIZES = {BIG_NS: BIG, RARE_NS: RARE, **dict(zip(SMALL_NS, SMALL, strict=True))}
+SIZES = {
+    BIG_NS: BIG,
+    RARE_NS: RARE,
+    MID_NS: MID,
+    **dict(zip(SMALL_NS, SMALL, strict=True)),
+}
 
 
 @pytest.fixture(scope="module")
@@ -157,25 +166,31 @@ async def exact(scale: Fixture) -> AsyncIterator[PgMemory]:
 
 
 def _expected_paths(ns: tuple[str, ...]) -> set[str]:
-    # The rare namespace is big enough for the index path, whose HNSW scan the planner
-    # may swap for a sort of the namespace's rows (it knows them to be few in the
-    # table): complete either way; the hostile planner below forces the scan.
+    # The rare namespace is big enough for the HNSW graph, whose scan the planner may
+    # swap for a sort of the namespace's rows (it knows them to be few in the table):
+    # complete either way; the hostile planner below forces the graph.
     if ns == RARE_NS:
         return {plan.INDEX, plan.FALLBACK}
-    return {plan.INDEX} if ns == BIG_NS else {plan.EXACT}
+    return {BIG_NS: {plan.INDEX}, MID_NS: {plan.SCAN}}.get(ns, {plan.EXACT})
 
 
 def test_the_plan_follows_the_scopes_size_and_share_of_the_table() -> None:
-    # Small scopes, and mid-sized ones that are a small share of a big table (their
-    # iterative scan would read many other scopes' rows), take the exact path.
-    assert plan.choose(2_000, 2_000, 10) == plan.EXACT
-    assert plan.choose(4_500, 200_000, 10) == plan.EXACT
-    assert plan.choose(9_000, 200_000, 10) == plan.EXACT
+    # Small scopes take the exact path; bigger ones the index path, whose nearest rows
+    # come from the HNSW graph only where the scope is enough of its table for an
+    # iterative scan to find them cheaply (it reads the other scopes' rows too).
+    assert plan.choose(1_500, 1_500, 10) == plan.EXACT
+    assert plan.choose(2_000, 2_000, 10) == plan.SCAN
+    assert plan.choose(10_000, 10_000, 10) == plan.INDEX
+    assert plan.choose(4_500, 200_000, 10) == plan.SCAN
+    assert plan.choose(20_000, 200_000, 10) == plan.SCAN
     assert plan.choose(30_000, 200_000, 10) == plan.INDEX
-    assert plan.choose(100_000, 1_000_000, 10) == plan.INDEX
     assert plan.choose(200_000, 220_000, 10) == plan.INDEX  # a heavy user's turns
-    assert plan.choose(20_000, 1_000_000, 10) == plan.EXACT
+    assert plan.choose(20_000, 1_000_000, 10) == plan.SCAN
+    assert plan.choose(100_000, 1_000_000, 10) == plan.INDEX
+    assert plan.choose(20_000, 100_000_000, 10) == plan.SCAN  # past max_scan_tuples
     assert plan.choose(50_000, 0, 10) == plan.INDEX  # no estimate yet: the scope alone
+    assert plan.ways(plan.INDEX) == (plan.INDEX, plan.SCAN)
+    assert plan.ways(plan.SCAN) == (plan.SCAN,)
 
 
 @pytest.mark.parametrize("what", ["memories", "turns"])
@@ -193,11 +208,12 @@ async def test_every_namespace_is_complete_on_the_path_its_size_picks(
         assert sum(taken.values()) == 1 and set(taken) <= _expected_paths(ns), (ns, taken)
 
 
-async def test_matches_rarer_than_the_scan_reaches_fall_back_to_the_exact_path(
+async def test_matches_rarer_than_the_graph_reaches_fall_back_to_the_scopes_scan(
     scale: Fixture,
 ) -> None:
     # Sorts priced out, as stale statistics might: the planner takes the HNSW scan,
-    # which stops at max_scan_tuples before it reaches the namespace's rows.
+    # which stops at max_scan_tuples before it reaches the namespace's rows; the
+    # namespace's own rows, scanned, answer instead.
     dsn = scale.app_dsn + ("&" if "?" in scale.app_dsn else "?") + "enable_sort=off"
     store = PgMemory(dsn, table=scale.table, dim=DIM, ranking=RANKING)
     try:
@@ -282,7 +298,8 @@ async def test_the_index_path_reads_the_hnsw_index_and_the_postings_under_rls(
     async with _match_not_leakproof(scale.admin_dsn):
         await auto.search(BIG_NS, "warm", limit=1)  # the pool, and the server's capabilities
         assert auto.plans[plan.INDEX] >= 1
-        await _explain_the_index_path(auto, scale)
+        for shown, prefix in await _explain_the_index_path(auto, scale):
+            assert f"Index Scan using {prefix}_hnsw" in shown, shown
 
 
 _MATCH = "pg_catalog.ts_match_vq(tsvector, tsquery)"
@@ -305,19 +322,29 @@ async def _match_not_leakproof(admin_dsn: str) -> AsyncIterator[None]:
         await conn.close()
 
 
-async def _explain_the_index_path(auto: PgMemory, scale: Fixture) -> None:
+def _indexed(store: PgMemory, stmt: str, way: str) -> str:
+    """Index statement ``stmt`` of ``store``, its nearest rows found ``way``."""
+    return slots.read_sql(sql.nearest(store.statement(stmt), way), "embedding", 2 * DIM)
+
+
+async def _explain_the_index_path(
+    auto: PgMemory, scale: Fixture, ns: tuple[str, ...] = BIG_NS, way: str = plan.INDEX
+) -> list[tuple[str, str]]:
+    """EXPLAIN of both index statements over ``ns``, their nearest rows found ``way``,
+    each with its table's name; asserted to read bm25 from the postings' index only."""
     q = HRREncoder(DIM).embed([QUERIES[0]])[0]
-    base = (BIG_NS[0], NS_SEP.join(BIG_NS), 10, q, QUERIES[0], "english", 0.5, 0.5, 1.2, 0.4)
+    base = (ns[0], NS_SEP.join(ns), 10, q, QUERIES[0], "english", 0.5, 0.5, 1.2, 0.4)
     lexical = plan.index_args(10)
+    out = []
     for stmt, args, prefix in (
         ("SEARCH_INDEXED", (*base, False, *lexical), scale.table),
         ("SEARCH_TURNS_INDEXED", (*base, None, None, None, *lexical), f"{scale.table}_turns"),
     ):
-        statement = slots.read_sql(auto.statement(stmt), "embedding", 2 * DIM)
-        shown = await _explain(scale, statement, args)
-        assert f"Index Scan using {prefix}_hnsw" in shown, shown
+        shown = await _explain(scale, _indexed(auto, stmt, way), args)
         assert f"Index Only Scan using {prefix}_post_pkey" in shown, shown
         assert "tsv" not in shown, shown
+        out.append((shown, prefix))
+    return out
 
 
 async def _explain(
@@ -336,6 +363,23 @@ async def _explain(
         return "\n".join(r[0] for r in rows)
     finally:
         await conn.close()
+
+
+async def test_a_mid_namespace_scans_its_own_vectors_and_equals_the_exact_path(
+    auto: PgMemory, exact: PgMemory, scale: Fixture
+) -> None:
+    # 5,000 rows, 4% of the table: an iterative scan of the graph would read ~25 other
+    # scopes' rows for each of its own, so its nearest rows come from its B-tree range,
+    # each cosine exact; bm25 still comes from the postings, not from its rows.
+    for query in QUERIES:
+        got = [i.key for i in await auto.search(MID_NS, query, limit=10)]
+        assert got == [i.key for i in await exact.search(MID_NS, query, limit=10)], query
+        got_t = [(t.position, t.text) for t in await auto.search_turns(MID_NS, query, 10)]
+        want_t = [(t.position, t.text) for t in await exact.search_turns(MID_NS, query, 10)]
+        assert got_t == want_t, query
+    assert auto.plans == {plan.SCAN: 2 * len(QUERIES)}
+    for shown, _ in await _explain_the_index_path(auto, scale, MID_NS, plan.SCAN):
+        assert "_hnsw" not in shown and "Seq Scan" not in shown, shown
 
 
 async def test_small_turn_namespaces_equal_the_exact_path(auto: PgMemory, exact: PgMemory) -> None:
@@ -438,7 +482,7 @@ async def test_postings_are_read_by_lexeme_before_the_table_is_analysed(
             ("SEARCH_TURNS_INDEXED", (*base, None, None, None, *lexical), 5),
             ("SEARCH_TURNS_INDEXED", (*base, None, START, None, *lexical), 6),
         ):
-            statement = slots.read_sql(auto.statement(stmt), "embedding", 2 * DIM)
+            statement = _indexed(auto, stmt, plan.INDEX)
             shown = await _explain(scale, statement, args)
             lines = shown.splitlines()
             scans = [i for i, line in enumerate(lines) if "_post_pkey" in line]
@@ -482,7 +526,7 @@ async def _planted_search(
         q = vector if ranking.vector_weight else None
         weights = (ranking.lexical_weight, ranking.vector_weight, ranking.k1, ranking.b)
         args = (ns[0], NS_SEP.join(ns), 10, q, query, "english", *weights)
-        statement = slots.read_sql(auto.statement("SEARCH_INDEXED"), "embedding", 2 * DIM)
+        statement = _indexed(auto, "SEARCH_INDEXED", plan.INDEX)
         shown = await _explain(scale, statement, (*args, False, *plan.index_args(10)), analyze=True)
     finally:
         async with auto.transaction(ns[0]) as tx:

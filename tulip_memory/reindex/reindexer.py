@@ -32,7 +32,7 @@ from tulip_memory.reindex.pacing import Pacer
 from tulip_memory.reindex.phases import PhaseObserver, phase
 from tulip_memory.reindex.ranges import KINDS, Range, cut
 from tulip_memory.store.postgres import PgMemory
-from tulip_memory.store.postgres.plan import INDEX_MIN_ROWS
+from tulip_memory.store.postgres.plan import GRAPH_MIN_ROWS
 from tulip_memory.store.postgres.render import render
 from tulip_memory.store.postgres.slots import (
     ALL_TENANTS,
@@ -269,8 +269,9 @@ class Reindexer:
                 # row (~1 ms of server CPU for 384 dimensions, 23x the batch's UPDATE
                 # without it). So the old slot's index over the memories or the turns
                 # goes for the job where recall never reads it: no namespace of the
-                # scope is big enough for the index path. It stays where one is (that
-                # namespace's recall would go linear for the job), or where another
+                # scope is big enough for the HNSW graph (smaller ones read their own
+                # vectors, ``plan.choose``). It stays where one is (that namespace's
+                # recall would go linear for the job), or where another
                 # tenant's recall still reads the slot; rebuilt if the old slot stays
                 # read after all (a finalize abandoning the job).
                 if old in others:
@@ -282,9 +283,9 @@ class Reindexer:
 
     async def _indexed_tables(self, scope: str) -> frozenset[str]:
         """The tables (bare names: the memories, the turns) where recall of ``scope``
-        may take the index path, by the namespace counters: read as ``tulip_ops`` for
+        may read the HNSW graph, by the namespace counters: read as ``tulip_ops`` for
         every tenant, pinned to the tenant for one."""
-        args = (self.q(sql.INDEXED_SCOPES), scope, INDEX_MIN_ROWS)
+        args = (self.q(sql.INDEXED_SCOPES), scope, GRAPH_MIN_ROWS)
         if scope:
             async with self._pinned(scope) as conn:
                 row = await conn.fetchrow(*args)

@@ -4,24 +4,29 @@ Small scopes take the exact path (``sql._hybrid``): every row's bm25 and cosine,
 computed over the rows the ``(tenant, ns, ...)`` B-tree yields. It is exact, complete
 and cheap while the scope is small, and its cost grows with the scope's rows.
 
-Big scopes take the index path (``sql._indexed``): candidates from the HNSW index
-(iterative scan, pgvector >= 0.8) and from the postings table ``<table>_post`` (one
-row per lexeme of each row: its keys, ``tf`` and ``dl``, kept by triggers in the
-writer's transaction, read by an index-only scan of its primary key), ranked by the
-exact path's own scores. The store chooses it from the
-scope's row count, kept exact by triggers in ``<table>_ns_stats`` /
-``<table>_turns_ns_stats``, when:
+Bigger scopes take the index path (``sql._indexed``): candidates from the postings
+table ``<table>_post`` (one row per lexeme of each row: its keys, ``tf`` and ``dl``,
+kept by triggers in the writer's transaction, read by an index-only scan of its
+primary key) and the scope's nearest rows, ranked by the exact path's own scores. The
+store chooses it from the scope's row count, kept exact by triggers in
+``<table>_ns_stats`` / ``<table>_turns_ns_stats``, when the server can run it
+(pgvector >= 0.8, iterative index scans) and the scope holds at least
+:data:`INDEX_MIN_ROWS` rows. The nearest rows come one of two ways
+(``sql.nearest``, :func:`choose`):
 
-- the server can run it: pgvector >= 0.8 (iterative index scans);
-- the scope holds at least :data:`INDEX_MIN_ROWS` rows;
-- an iterative scan can be expected to find the candidates before it stops (the
-  scope is at least ``2 * ef_search / max_scan_tuples`` of the table, its planner
-  estimate ``pg_class.reltuples``; the HNSW index spans every tenant), and cheaper
-  than the exact scan: it reads about ``ef_search / share`` tuples, each
-  :data:`SCAN_COST_RATIO` times a row of the exact path (see :func:`choose`).
+- :data:`INDEX`: from the HNSW index (an iterative scan), where the scope is enough
+  of its table (the planner estimate ``pg_class.reltuples``; the graph spans every
+  tenant) for the scan to find them within ``max_scan_tuples`` and at less cost than
+  reading the scope's vectors: it reads about ``ef_search / share`` tuples, the other
+  scopes' ones included (:data:`HNSW_COST`);
+- :data:`SCAN`: from the scope's own rows, read by its B-tree range with each
+  cosine computed in full precision and a top-N sort: exact, complete, and linear in
+  the scope at a fifth of the exact path's cost a row (it reads no ``tsvector``).
 
-When the scan still comes back short (the scope's vectors are rarer in the index
-than expected, or missing), the store runs the exact path: recall stays complete.
+When the graph's scan still comes back short (the scope's vectors are rarer in the
+index than expected), the store reads the scope's own vectors instead
+(:func:`ways`), and runs the exact path when that is short too (no query vector):
+recall stays complete.
 
 The lexical side. bm25 needs every lexical match of the scope (its ``df`` and its
 normalising maximum). A match's row of the memories or turns table is ~1.7 KB (vector,
@@ -29,11 +34,12 @@ text, metadata), so they are never read for it: the postings table's primary key
 ``(tenant, ns, lexeme, keys) INCLUDE (tf, dl[, created_at])`` yields each query
 lexeme's postings in the scope, with all bm25 needs, from an index-only scan (no
 ``tsvector`` is read or filtered), and only the candidates' wide rows are read: the
-:func:`lexical_candidates` best by bm25, the HNSW index's nearest, and every other
-match whose fused score could still reach the top ``limit``, bounded above by its
-bm25 plus the cosine of the farthest of the nearest (a row nearer than that would be
-among them, as far as the HNSW graph finds it). So the ranking stays the exact
-path's up to the graph's misses, and a query whose matches tie on bm25 (the same
+:func:`lexical_candidates` best by bm25, the nearest rows, and every other match
+whose fused score could still reach the top ``limit``, bounded above by its bm25
+plus the cosine of the farthest of the nearest (a row nearer than that would be
+among them, as far as the HNSW graph finds it; the scope's scan finds every one). So
+the ranking stays the exact path's up to the graph's misses (it is the exact path's
+when the nearest rows come from the scan), and a query whose matches tie on bm25 (the same
 lexemes, the same length) reads the tied ones it needs, not all of them.
 
 Why no operator needs to be leakproof. Under ``FORCE ROW LEVEL SECURITY`` the planner
@@ -48,17 +54,24 @@ vectors' ``<=>`` is pgvector's operator of the HNSW index's ordering, not a filt
 security on a server where ``@@`` is not leakproof). The exact path tests ``@@`` in a
 ``CASE`` of its select list, over rows the policy has already admitted.
 
-Thresholds, measured with ``bench/recall.py`` (384-d hashing vectors, 2 shared cores,
-see the README for the command): the exact path costs about 8 us per row of the scope
-(20 ms p50 for the 1k-10k class), the index path 15-25 ms for scopes of 10,000 to
-100,000 rows, mostly in reading every lexical match (its cost follows the matches,
-not the rows). They cross near 2,500 rows for a scope that is most of its table:
-:data:`INDEX_MIN_ROWS`. A scope that is a small share of a big table pays for the
-other scopes' rows its iterative scan reads and filters out, so it stays exact up to
-about ``sqrt(SCAN_COST_RATIO * ef_search * table_rows)`` rows (12,600 of 200,000;
-28,000 of a million). They were not measured again after the narrow lexical table
-below (a cheaper index path may cross lower); the 1k-10k class, exact, ran at 21-23 ms
-p50 in those runs, 1.0-1.6x PostgresStore's.
+Thresholds, measured with ``bench/recall.py --full --nearest`` (1,000,000 memories
+over 10,000 namespaces; 384-d hashing vectors, 2 shared cores, warm buffers,
+2026-12-06). The nearest rows alone: :data:`HNSW_COST`. The whole search, through
+``PgMemory.search`` (p50 of 15-20 queries a namespace, interleaved): the exact path
+13.6 ms at 2,993 rows, 11.9 at 2,546, 11.0 at 2,215, 10.7 at 1,961, 8.8 at 1,595,
+7.3 at 1,088, 4.9 at 693, against 11.4, 8.1, 8.2, 8.7, 8.5, 7.4 and 8.6 with the
+nearest rows from the scope's scan (a floor of ~7 ms: planning ~2, the statement's
+other reads, the round trips), so :data:`INDEX_MIN_ROWS` is 2,000; at 5,074 rows 23
+against 10, at 10,114 41-46 against 15-16, at 25,171 103-121 against 27-34. A generic
+plan of the index statement (``plan_cache_mode`` left to Postgres, which took it
+after five executions) sorted those scopes' rows another way: 37-468 ms where the
+custom plan took 10-27, so every index-path statement is planned for its parameters
+(``sql.PLAN_SETTINGS``).
+
+Before the scope's scan (until 2026-12-06), a scope too small a share of its table
+for the graph took the exact path, up to about 28,000 rows of a million-row table:
+the 10k-100k class of ``bench/recall.py --full`` ran at 56-58 ms p50, 4.4-5.6x
+PostgresStore's, 30 of its 40 queries exact.
 
 What the index path costs, and what was weighed (200,000 memories over 2,000
 namespaces and a 200,000-turn namespace, the embedded server, host load 3-6 on 2
@@ -207,12 +220,13 @@ query, and it still leaves such a query at twice the target.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 #: Scopes with fewer rows take the exact path.
-INDEX_MIN_ROWS = 2_500
+INDEX_MIN_ROWS = 2_000
 #: ``hnsw.max_scan_tuples`` of an index-path statement (pgvector's default).
 MAX_SCAN_TUPLES = 20_000
 #: pgvector's bound on ``hnsw.ef_search``.
@@ -235,6 +249,7 @@ TABLE_ROWS_TTL = 60.0
 
 EXACT = "exact"
 INDEX = "index"
+SCAN = "scan"
 FALLBACK = "fallback"
 
 
@@ -303,32 +318,52 @@ class Capabilities:
 _VECTOR_VERSION = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
 
 
-#: What an HNSW iterative scan pays per tuple it reads (the other scopes' rows it
-#: filters out included) against what the exact path pays per row of its scope.
-#: Measured on ``bench/recall.py``'s 200,000-row table (2 shared cores): a 4,511-row
-#: namespace's scan read 2,213 tuples for its 40 candidates in 292 ms (132 us each)
-#: where the exact path took 96 ms (21 us a row); at 9,095 rows 309 against 221 ms,
-#: at 30,158 rows 186 against 956 ms. 20 puts the crossover between the last two.
-SCAN_COST_RATIO = 20
+#: What the index path's two ways to the nearest rows cost (:func:`choose`), in rows
+#: of the scope's scan (``sql.nearest``: each row read through the scope's B-tree range
+#: and its cosine computed, 0.6-0.8 us a row): an HNSW iterative scan that reads ``t``
+#: tuples (``ef_search / share``, the other scopes' rows it filters out included)
+#: costs ``HNSW_COST * t ** HNSW_POWER``. Fitted on ``bench/recall.py --full``
+#: (``--nearest`` prints both sides per namespace; 2 cores, warm buffers): the graph
+#: 4.7 ms for a 200,000-turn namespace of a 220,000-row table (44 tuples), 15 ms for
+#: 100,000 rows of a million (400), 23.5 at 50,171 rows, 30.9 at 33,514, 45 at 20,159
+#: (1,984 tuples), 52 at 14,423; the scan 8 ms at 10,114 rows, 16.8 at 20,159, 25.7 at
+#: 33,514, 39 at 50,171, 82 at 100,000, 118 at 200,000 turns. So the graph wins from
+#: ~5,500 rows of a scope that is its whole table, ~21,000 of a 200,000-row table and
+#: ~36,000 of a million.
+HNSW_COST = 650
+HNSW_POWER = 0.58
 
 
 def choose(rows: int, table_rows: float, limit: int) -> str:
-    """:data:`INDEX` or :data:`EXACT` for a scope of ``rows`` rows in a table of about
-    ``table_rows`` (planner estimate; 0 or less when unknown), on a server that can
-    run the index path. The iterative scan reads about ``ef_search * table_rows /
-    rows`` tuples to find the scope's candidates (:func:`ef_search`, the thresholds
-    measured when it was the candidates' count too; with half as many candidates now,
-    this errs towards the exact path): the index path is taken where that,
-    at :data:`SCAN_COST_RATIO` times the exact path's cost a row, is cheaper than the
-    scope's exact scan (so from about ``sqrt(20 * 40 * table_rows)`` rows: 12,600 of a
-    200,000-row table, 28,000 of a million), and where it fits ``max_scan_tuples``."""
+    """:data:`EXACT`, :data:`INDEX` or :data:`SCAN` for a scope of ``rows`` rows in a
+    table of about ``table_rows`` (planner estimate; 0 or less when unknown), on a
+    server that can run the index path. Under :data:`INDEX_MIN_ROWS` the exact path;
+    above it the index path (bm25 from the postings), its nearest rows from the HNSW
+    graph (:data:`INDEX`) where the iterative scan is expected to fit
+    ``max_scan_tuples`` and to cost less than reading the scope's vectors
+    (:data:`HNSW_COST`), else from the scope's own rows (:data:`SCAN`: exact, and
+    linear in the scope at a fifth of the exact path's cost a row)."""
     if rows < max(INDEX_MIN_ROWS, 2 * limit):
         return EXACT
     share = rows / table_rows if table_rows > rows else 1.0
-    scanned = ef_search(limit) / share
-    if scanned * SCAN_COST_RATIO > rows:
-        return EXACT
-    return INDEX if share * MAX_SCAN_TUPLES >= 2 * ef_search(limit) else EXACT
+    tuples = ef_search(limit) / share
+    if share * MAX_SCAN_TUPLES < 2 * ef_search(limit):
+        return SCAN
+    return INDEX if HNSW_COST * tuples**HNSW_POWER < rows else SCAN
+
+
+#: The fewest rows of a scope :func:`choose` sends to the HNSW graph (one that is its
+#: whole table, at the least ``ef_search``): a reindex keeps the old slot's index over
+#: a table while one of the job's namespaces has as many (``tulip_memory.reindex``).
+GRAPH_MIN_ROWS = max(INDEX_MIN_ROWS, math.ceil(HNSW_COST * ef_search(1) ** HNSW_POWER))
+
+
+def ways(chosen: str) -> tuple[str, ...]:
+    """The index-path statements to try for a ``chosen`` plan, in order, before the
+    exact path: an HNSW scan that comes back short (the scope's rows rarer in the
+    graph than expected, or past ``max_scan_tuples``) is followed by the scope's
+    scan, which has every row of the scope to order."""
+    return (INDEX, SCAN) if chosen == INDEX else (chosen,)
 
 
 class TableRows:

@@ -7,10 +7,11 @@ chooses, see :mod:`~tulip_memory.store.postgres.plan`): the exact path below, wh
 vector ranking is written as ``(embedding <=> q) + 0`` on purpose (pgvector only uses
 the HNSW index for a bare ``embedding <=> q`` order, and a post-filtered HNSW scan
 can return too few rows of a namespace), or the index path further down, which asks
-the HNSW index (iterative scan) and the postings for candidates and ranks them with
-the exact path's scores. The exact scan over a namespace's rows, found through the
-``(tenant, ns, ...)`` B-tree, is what guarantees complete recall: the index path falls
-back to it whenever its candidates come up short.
+the postings and the HNSW index (iterative scan) or the scope's own vectors
+(``nearest``) for candidates and ranks them with the exact path's scores. The scan of
+a namespace's rows, found through the ``(tenant, ns, ...)`` B-tree, is what
+guarantees complete recall: the index path falls back to it whenever its candidates
+come up short.
 
 Hybrid search (``search``, ``search_many``, ``search_across``, ``search_turns``) ranks
 the rows of its scope (one namespace; several of one tenant for ``search_across``) in
@@ -50,6 +51,7 @@ yields anyway; the index path finds the matching rows' postings by lexeme (see
 from __future__ import annotations
 
 from tulip_memory.store.postgres import plan as _plan
+from tulip_memory.store.postgres.render import render
 from tulip_memory.store.validation import MAX_QUERY_TERMS as _MAX_QUERY_TERMS
 
 COLS = "key, value, metadata, created_at, updated_at, version"
@@ -304,20 +306,39 @@ SELECT h.* FROM ({_SEARCH_TURNS}) h ORDER BY h._pos"""
 
 # -- the index path (see ``plan``) ------------------------------------------------------
 # The exact path's ranking over candidates instead of every row of the scope: the best
-# lexical matches by bm25 and the nearest rows by the HNSW index (an iterative scan, so
-# the scope's filter does not leave it short while the index yields the scope's rows
-# within ``hnsw.max_scan_tuples``; ``{h}`` is the index's halfvec expression of the
-# slot, ``slots.ann_expr``, and every candidate's cosine is then computed again over
-# the full-precision column). bm25 is the exact path's, computed over every
-# matching row of the scope from the postings ``<table>_post`` (an index-only scan):
-# ``docs`` and ``avgdl`` from the scope's counters (``<table>_ns_stats``), ``df`` and
-# the normalising maximum over the matches. Only the candidates' wide rows are read,
-# for their exact cosine and their columns, and ranked by the exact path's fused
-# score. The top k differs from the exact path's only where the HNSW graph misses a
-# near row, or where a lexical match outside the best ones by bm25 and outside the
+# lexical matches by bm25 and the nearest rows, ``{n}`` (:func:`nearest`): by the HNSW
+# index (an iterative scan, so the scope's filter does not leave it short while the
+# index yields the scope's rows within ``hnsw.max_scan_tuples``; ``{h}`` is the index's
+# halfvec expression of the slot, ``slots.ann_expr``, and every candidate's cosine is
+# then computed again over the full-precision column), or by the scope's scan. bm25
+# is the exact path's, computed over every matching row of the scope from the postings
+# ``<table>_post`` (an index-only scan): ``docs`` and ``avgdl`` from the scope's
+# counters (``<table>_ns_stats``), ``df`` and the normalising maximum over the
+# matches. Only the candidates' wide rows are read, for their exact cosine and their
+# columns, and ranked by the exact path's fused score. The top k differs from the
+# exact path's only where the HNSW graph misses a near row (never with the scope's
+# scan), or where a lexical match outside the best ones by bm25 and outside the
 # nearest ranks in the top k by its cosine (see ``plan.lexical_candidates``).
 # ``_cands`` is the number of candidates, on every row (on one row of NULLs when none
-# is kept): fewer than ``min(limit, rows)`` and the store runs the exact path instead.
+# is kept): fewer than ``min(limit, rows)`` and the store tries the next way
+# (``plan.ways``), then the exact path.
+
+# Where the index path's nearest rows come from (``{n}`` of its ``vec``, :func:`nearest`):
+# the HNSW index, in the order of its own expression (``{h}``, an iterative scan), or
+# the scope's rows themselves, read by its B-tree range and each cosine computed in
+# full precision, a top-N sort keeping the nearest (written ``+ 0`` so that no index
+# can order them): exact and complete, and cheaper than the graph for a scope that is a
+# small share of its table (see ``plan.choose``).
+_NEAREST = {
+    _plan.INDEX: "{h} <=> $4::halfvec",
+    _plan.SCAN: "({v} <=> $4) + 0",
+}
+
+
+def nearest(statement: str, chosen: str) -> str:
+    """An index-path ``statement`` whose nearest rows come the way ``chosen`` says."""
+    return render(statement, n=_NEAREST[chosen])
+
 
 # Per transaction: iterative HNSW scans, and plans made for the parameters at hand (a
 # generic plan would not know the namespace is big, and would sort its rows instead).
@@ -509,7 +530,7 @@ lex_top AS MATERIALIZED (
 best AS MATERIALIZED (SELECT max(bm25) AS top FROM lex_top),
 vec AS MATERIALIZED (
     SELECT {keys} FROM {table} WHERE {scope} AND $4::vector IS NOT NULL
-    ORDER BY {{h}} <=> $4::halfvec LIMIT ${cand}
+    ORDER BY {{n}} LIMIT ${cand}
 ),
 vec_bm AS MATERIALIZED (
     SELECT {v_keys}, {_BM25_SUM}

@@ -239,7 +239,8 @@ class PgMemory(BatchFirstStore):
         self._recall_plan = recall_plan
         self._caps = plan.Capabilities(iterative_scan=False)
         self._table_rows = plan.TableRows()
-        #: How many hybrid searches took each path (``plan.EXACT``, ``INDEX``, ``FALLBACK``).
+        #: How many hybrid searches took each path (``plan.EXACT``, ``INDEX``, ``SCAN``,
+        #: ``FALLBACK``).
         self.plans: collections.Counter[str] = collections.Counter()
         # Serialises first use so concurrent calls build one pool and migrate once.
         self._pool_lock = asyncio.Lock()
@@ -432,8 +433,10 @@ class PgMemory(BatchFirstStore):
         indexed: tuple[str, tuple[Any, ...]],
     ) -> list[Any]:
         """One hybrid ranking of a scope of ``rows`` counted rows (``None``: not
-        counted): the index path when :func:`plan.choose` picks it and its candidates
-        cover ``min(limit, rows)``, else the exact path."""
+        counted): the index path when :func:`plan.choose` picks it (its nearest rows
+        from the HNSW graph or from the scope's scan, :func:`plan.ways`) and its
+        candidates cover ``min(limit, rows)``, else the exact path. ``plans`` counts
+        the path chosen, or :data:`plan.FALLBACK` when another one answered."""
         chosen = plan.EXACT
         # The slot's width names its index's expression (a slot is in the registry
         # whenever a layout names it: ``Layouts.note``).
@@ -441,7 +444,7 @@ class PgMemory(BatchFirstStore):
         if rows is not None and dim is not None:
             table_rows = await self._table_rows.get(conn, table)
             chosen = plan.choose(rows, table_rows, limit)
-        if chosen == plan.INDEX:
+        if chosen != plan.EXACT:
             assert rows is not None
             await conn.execute(
                 self._sql["PLAN_SETTINGS"],
@@ -449,10 +452,12 @@ class PgMemory(BatchFirstStore):
                 str(plan.MAX_SCAN_TUPLES),
             )
             stmt, args = indexed
-            got = await conn.fetch(slots.read_sql(self._sql[stmt], layout.read, dim), *args)
-            if got and got[0]["_cands"] >= min(limit, rows):
-                self.plans[plan.INDEX] += 1
-                return [r for r in got if r["_pos"] is not None]
+            for way in plan.ways(chosen):
+                statement = sql.nearest(self._sql[stmt], way)
+                got = await conn.fetch(slots.read_sql(statement, layout.read, dim), *args)
+                if got and got[0]["_cands"] >= min(limit, rows):
+                    self.plans[chosen if way == chosen else plan.FALLBACK] += 1
+                    return [r for r in got if r["_pos"] is not None]
             chosen = plan.FALLBACK
         self.plans[chosen] += 1
         stmt, args = exact
@@ -797,7 +802,7 @@ class PgMemory(BatchFirstStore):
             big = {
                 i
                 for i, n in enumerate(names)
-                if n in counted and plan.choose(counted[n], table_rows, limit) == plan.INDEX
+                if n in counted and plan.choose(counted[n], table_rows, limit) != plan.EXACT
             }
             out: list[Any] = []
             rest = [n for i, n in enumerate(names) if i not in big]
