@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import Any
 
 import pytest
 
@@ -258,6 +260,38 @@ async def test_oversized_and_mistyped_queries_are_refused(store: BaseStore, tena
     found = [i.key for i in await store.search((tenant,), "tea \udfff")]
     assert found == ([] if substring else ["k"])
     assert [i.key for i in await store.search((tenant,), "tea")] == ["k"]
+
+
+async def test_limits_are_ints_and_one_under_1_finds_nothing(store: BaseStore, tenant: str) -> None:
+    # Every backend alike: a negative limit was Postgres's "LIMIT must not be negative"
+    # on one, every key but the last on another; 0 gave one result by embedding.
+    ns = (tenant, "lim")
+    dim = store.capabilities.embedding_dimension
+    assert dim is not None
+    vector = [1.0] + [0.0] * (dim - 1)
+    for key in ("a", "b", "c"):
+        await store.put_with_embedding(ns, key, f"green tea {key}", vector)
+    # Each call's results, counted (search_many's of its one namespace).
+    calls: dict[str, Callable[[Any], Awaitable[list[Any]]]] = {
+        "search": lambda n: store.search(ns, "tea", limit=n),
+        "search_many": lambda n: _only(store.search_many([ns], "tea", limit=n)),
+        "search_by_embedding": lambda n: store.search_by_embedding(ns, vector, limit=n),
+        "list_keys": lambda n: store.list_keys(ns, limit=n),
+        "list_namespaces": lambda n: store.list_namespaces((tenant,), limit=n),
+    }
+    for name, call in calls.items():
+        for bound in (0, -1, -(10**12)):
+            assert await call(bound) == [], (name, bound)
+        assert len(await call(2)) == (1 if name == "list_namespaces" else 2), name
+        for bad in (True, 2.5, "2", None):
+            with pytest.raises(TypeError, match="limit must be an int"):
+                await call(bad)
+
+
+async def _only(found: Awaitable[list[list[StoreItem]]]) -> list[StoreItem]:
+    lists = await found
+    assert len(lists) == 1
+    return lists[0]
 
 
 async def test_concurrent_writes_are_all_counted(store: BaseStore, tenant: str) -> None:

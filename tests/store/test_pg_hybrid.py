@@ -481,6 +481,13 @@ async def test_oversized_and_mistyped_arguments_are_refused(pg_dsn: str, tenant:
             await s.search_turns(ns, "tea", threshold=float("inf"))
         with pytest.raises(TypeError, match="threshold must be a number"):
             await s.search_turns(ns, "tea", threshold=True)
+        for bad in (True, 2.5, "5"):
+            with pytest.raises(TypeError, match="top_k must be an int"):
+                await s.search_turns(ns, "tea", top_k=bad)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="limit must be an int"):
+                await s.search_across([ns], "tea", limit=bad)  # type: ignore[arg-type]
+        assert await s.search_across([ns], "tea", limit=-1) == []
+        assert await s.search_turns(ns, "tea", top_k=-1) == []
     finally:
         await s.close()
 

@@ -16,7 +16,7 @@ from typing import Any
 from tulip_memory.errors import StoreCapabilityError
 from tulip_memory.store.items import SemanticSearchResult, StoreCapabilities, StoreItem
 from tulip_memory.store.ranking import tenant_of
-from tulip_memory.store.validation import validate_namespace, validate_query
+from tulip_memory.store.validation import validate_limit, validate_namespace, validate_query
 
 BatchItem = tuple[tuple[str, ...], str, Any, dict[str, Any] | None]
 
@@ -185,8 +185,9 @@ class BatchFirstStore(BaseStore):
         """:meth:`search` over several namespaces of ONE tenant, in one read."""
         nss = [validate_namespace(ns) for ns in namespaces]
         query = validate_query(query)
-        if not nss:
-            return []
+        limit = validate_limit(limit)
+        if not nss or not limit:
+            return [[] for _ in nss]
         return await self._search_batch(tenant_of(nss, "search_many"), nss, query, limit)
 
     @abstractmethod

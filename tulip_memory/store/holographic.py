@@ -53,6 +53,7 @@ from tulip_memory.store.validation import (
     MAX_QUERY_TERMS,
     NS_SEP,
     validate_key,
+    validate_limit,
     validate_namespace,
     validate_threshold,
     validate_vector,
@@ -521,13 +522,14 @@ class HolographicStore(BatchFirstStore):
         return [float(x) for x in np.frombuffer(row[0], dtype=np.float32)]
 
     async def list_keys(self, namespace: tuple[str, ...], limit: int = 100) -> list[str]:
-        args = (NS_SEP.join(validate_namespace(namespace)), max(limit, 0))
+        args = (NS_SEP.join(validate_namespace(namespace)), validate_limit(limit))
         return await self._call(lambda conn: [r[0] for r in conn.execute(_LIST_KEYS, args)])
 
     async def list_namespaces(
         self, prefix: tuple[str, ...] | None = None, limit: int = 100
     ) -> list[tuple[str, ...]]:
         """Namespaces under ``prefix`` (every one without), sorted as tuples."""
+        limit = validate_limit(limit)
         if prefix:
             bounds = _namespace_bounds(validate_namespace(prefix))
             names = await self._call(lambda c: c.execute(_NAMESPACES_UNDER, bounds).fetchall())
@@ -535,7 +537,7 @@ class HolographicStore(BatchFirstStore):
             names = await self._call(lambda c: c.execute(_ALL_NAMESPACES).fetchall())
         # Sorted here, not in SQL: joined names sort unlike tuples when a part holds a
         # character below the separator.
-        return sorted(tuple(r[0].split(NS_SEP)) for r in names)[: max(limit, 0)]
+        return sorted(tuple(r[0].split(NS_SEP)) for r in names)[:limit]
 
     async def _search_batch(
         self, tenant: str, nss: list[tuple[str, ...]], query: str | None, limit: int
@@ -594,7 +596,7 @@ class HolographicStore(BatchFirstStore):
     ) -> list[SemanticSearchResult]:
         self._require_vectors()
         ns = validate_namespace(namespace)
-        threshold = validate_threshold(threshold)
+        threshold, limit = validate_threshold(threshold), validate_limit(limit)
         q = np.asarray(validate_vector(query_embedding, self._vdim), dtype=np.float32)
         if limit <= 0 or not np.any(q):
             return []

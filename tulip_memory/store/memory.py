@@ -35,6 +35,7 @@ from tulip_memory.store.ranking import (
 from tulip_memory.store.validation import (
     ValidWrite,
     validate_key,
+    validate_limit,
     validate_namespace,
     validate_threshold,
     validate_vector,
@@ -164,7 +165,7 @@ class InMemoryStore(BatchFirstStore):
         return [float(x) for x in row.vector]
 
     async def list_keys(self, namespace: tuple[str, ...], limit: int = 100) -> list[str]:
-        ns = validate_namespace(namespace)
+        ns, limit = validate_namespace(namespace), validate_limit(limit)
         with self._lock:
             keys = sorted(k for n, k in self._rows if n == ns)
         return keys[:limit]
@@ -173,6 +174,7 @@ class InMemoryStore(BatchFirstStore):
         self, prefix: tuple[str, ...] | None = None, limit: int = 100
     ) -> list[tuple[str, ...]]:
         pre = validate_namespace(prefix) if prefix else ()
+        limit = validate_limit(limit)
         with self._lock:
             found = {n for n, _ in self._rows if n[: len(pre)] == pre}
         return sorted(found)[:limit]
@@ -196,17 +198,15 @@ class InMemoryStore(BatchFirstStore):
         metadata_filter: dict[str, Any] | None = None,
     ) -> list[SemanticSearchResult]:
         ns = validate_namespace(namespace)
-        threshold = validate_threshold(threshold)
+        threshold, limit = validate_threshold(threshold), validate_limit(limit)
         q = np.asarray(validate_vector(query_embedding, self._encoder.dimension), np.float32)
         ranked = self._ranked(ns, vector_or_none(q), None, metadata_filter, vectors_only=True)
         out: list[SemanticSearchResult] = []
         for row, dist in ranked:
             score = score_of(dist)
-            if threshold is not None and score < threshold:
+            if len(out) >= limit or (threshold is not None and score < threshold):
                 break
             out.append(SemanticSearchResult(item=_materialize(row), score=score, distance=dist))
-            if len(out) >= limit:
-                break
         return out
 
     def _ranked(

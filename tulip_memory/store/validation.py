@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,6 +79,19 @@ def validate_query(query: Any) -> str | None:
             )
         return query
     raise TypeError(f"query must be a str or None, got {type(query).__name__}")
+
+
+def validate_limit(limit: Any, name: str = "limit") -> int:
+    """``limit`` (``top_k``) as an int, at least 0: a bound under 1 finds nothing, as
+    the seed's turn memory answers ``top_k <= 0`` (a negative one was Postgres's
+    ``LIMIT must not be negative`` on one backend and every key but the last on
+    another). A bool, a float or a string is a ``TypeError``."""
+    if isinstance(limit, bool):
+        raise TypeError(f"{name} must be an int, got bool")
+    try:
+        return max(0, operator.index(limit))
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(limit).__name__}") from None
 
 
 def validate_threshold(threshold: Any) -> float | None:

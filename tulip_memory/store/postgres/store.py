@@ -59,6 +59,7 @@ from tulip_memory.store.validation import (
     UNSTORABLE,
     encode_json,
     validate_key,
+    validate_limit,
     validate_namespace,
     validate_query,
     validate_threshold,
@@ -602,7 +603,7 @@ class PgMemory(BatchFirstStore):
         the ``(tenant, ns, created_at)`` index; they must be timezone-aware."""
         ns = validate_namespace(namespace)
         query = validate_query(query) or ""
-        threshold = validate_threshold(threshold)
+        threshold, top_k = validate_threshold(threshold), validate_limit(top_k, "top_k")
         for name, when in (("since", since), ("until", until)):
             if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
                 raise ValueError(f"{name} must be a timezone-aware datetime, got {when!r}")
@@ -752,7 +753,7 @@ class PgMemory(BatchFirstStore):
         return [float(x) for x in row["embedding"].to_list()]
 
     async def list_keys(self, namespace: tuple[str, ...], limit: int = 100) -> list[str]:
-        ns = validate_namespace(namespace)
+        ns, limit = validate_namespace(namespace), validate_limit(limit)
         rows = await self._fetch(ns[0], "LIST_KEYS", NS_SEP.join(ns), limit)
         return [r["key"] for r in rows]
 
@@ -765,7 +766,7 @@ class PgMemory(BatchFirstStore):
                 "PgMemory.list_namespaces needs a prefix starting with the tenant "
                 "(namespace[0]): row-level security confines every call to one tenant"
             )
-        pre = validate_namespace(prefix)
+        pre, limit = validate_namespace(prefix), validate_limit(limit)
         rows = await self._fetch(pre[0], "LIST_NAMESPACES", NS_SEP.join(pre), limit)
         return [tuple(r["ns"].split(NS_SEP)) for r in rows]
 
@@ -840,8 +841,8 @@ class PgMemory(BatchFirstStore):
         statement: hybrid (bm25 and exact cosine, fused) with a query, most recent
         first without one. ``score`` and ``distance`` are the row's cosine ones."""
         nss = [validate_namespace(ns) for ns in namespaces]
-        query = validate_query(query)
-        if not nss:
+        query, limit = validate_query(query), validate_limit(limit)
+        if not nss or not limit:
             return []
         tenant = tenant_of(nss, "search_across")
         by_name = {NS_SEP.join(ns): ns for ns in nss}
@@ -885,7 +886,7 @@ class PgMemory(BatchFirstStore):
         metadata_filter: dict[str, Any] | None = None,
     ) -> list[SemanticSearchResult]:
         ns = validate_namespace(namespace)
-        threshold = validate_threshold(threshold)
+        threshold, limit = validate_threshold(threshold), validate_limit(limit)
         mf = None if metadata_filter is None else encode_json(metadata_filter, "metadata_filter")
         name = NS_SEP.join(ns)
 
@@ -893,7 +894,7 @@ class PgMemory(BatchFirstStore):
         # transaction (a reindex may have switched it since this process last looked).
         size = len(query_embedding) if hasattr(query_embedding, "__len__") else 0
         q = np.asarray(validate_vector(query_embedding, size), dtype=np.float32)
-        if not np.any(q):
+        if not np.any(q) or not limit:
             return []
         rows = await self._ranked(
             ns[0],
