@@ -373,7 +373,9 @@ class PgMemory(BatchFirstStore):
         """A statement over the slot recall reads, with the query encoded in that slot's
         model."""
 
-        async def fetch(conn: Any, layout: Layout, qvec: Vectors | None) -> list[Any]:
+        async def fetch(
+            conn: Any, layout: Layout, qvec: Vectors | None, counted: dict[str, int]
+        ) -> list[Any]:
             statement = slots.read_sql(self._sql[stmt], layout.read)
             return list(await conn.fetch(statement, tenant, *args(qvec, layout)))
 
@@ -383,23 +385,25 @@ class PgMemory(BatchFirstStore):
         self,
         tenant: str,
         query: str | None,
-        body: Callable[[Any, Layout, Vectors | None], Awaitable[list[Any]]],
+        body: Callable[[Any, Layout, Vectors | None, dict[str, int]], Awaitable[list[Any]]],
+        counting: Counting | None = None,
     ) -> list[Any]:
         """``body`` in a read transaction over the slot recall reads, with the query
-        encoded in that slot's model. The slot is the one this transaction reads from
-        the layout (one round trip with the tenant pin): a reindex's switch is atomic
-        for every reader."""
+        encoded in that slot's model and the rows ``counting`` asks of the counters
+        (:meth:`_pin_read`). The slot is the one this transaction reads from the layout
+        (one round trip with the tenant pin): a reindex's switch is atomic for every
+        reader."""
         for attempt in (1, 2):
             guess = self._layouts.cached(tenant)
             qvec = await self._query_vector(guess.read, tenant, query)
             pool = await self._get_pool()
             try:
                 async with pool.acquire() as conn, conn.transaction():
-                    row = await conn.fetchrow(self._sql["PIN_LAYOUT"], tenant)
+                    row, counted = await self._pin_read(conn, tenant, counting)
                     layout = await self._layouts.note(conn, tenant, Layout.from_row(row))
                     if layout.read != guess.read:
                         qvec = await self._query_vector(layout.read, tenant, query)
-                    return await body(conn, layout, qvec)
+                    return await body(conn, layout, qvec, counted)
             except _undefined_column() as e:
                 # A finalize dropped the slot between our layout read and statement.
                 if attempt == 2:
@@ -407,20 +411,23 @@ class PgMemory(BatchFirstStore):
                 log.info("vector slot dropped under a read, retrying: %s", e)
         raise AssertionError("unreachable")
 
-    async def _scope_rows(
-        self, conn: Any, stmt: str, tenant: str, names: list[str]
-    ) -> dict[str, int]:
-        """The counted rows of each of ``names`` (absent: not counted yet), when the
-        index path may be taken at all; else nothing (every scope takes the exact path)."""
-        if (
-            self._recall_plan != "auto"
-            or not self._caps.index_path
-            or self._encoder is None
-            or not self._ann
+    async def _pin_read(
+        self, conn: Any, tenant: str, counting: Counting | None
+    ) -> tuple[Any, dict[str, int]]:
+        """A read's first statement: the tenant pinned and its layout's row; with
+        ``counting``, where the index path may be taken at all, in the same round trip
+        the counted rows of its namespaces (absent: not counted yet) and the index
+        path's settings. Otherwise no counts: every scope takes the exact path."""
+        if counting is None or not (
+            self._recall_plan == "auto"
+            and self._caps.index_path
+            and self._encoder is not None
+            and self._ann
         ):
-            return {}
-        rows = await conn.fetch(self._sql[stmt], tenant, names)
-        return {r["ns"]: int(r["rows"]) for r in rows}
+            return await conn.fetchrow(self._sql["PIN_LAYOUT"], tenant), {}
+        settings = (str(plan.ef_search(counting.limit)), str(plan.MAX_SCAN_TUPLES))
+        row = await conn.fetchrow(self._sql[counting.pin], tenant, counting.names, *settings)
+        return row, dict(zip(row["names"] or (), row["rows"] or (), strict=True))
 
     async def _planned(
         self,
@@ -445,13 +452,8 @@ class PgMemory(BatchFirstStore):
         if rows is not None and dim is not None:
             table_rows = await self._table_rows.get(conn, table)
             chosen = plan.choose(rows, table_rows, limit)
-        if chosen != plan.EXACT:
+        if chosen != plan.EXACT:  # under the settings the pin set (_pin_read)
             assert rows is not None
-            await conn.execute(
-                self._sql["PLAN_SETTINGS"],
-                str(plan.ef_search(limit)),
-                str(plan.MAX_SCAN_TUPLES),
-            )
             stmt, args = indexed
             for way in plan.ways(chosen):
                 statement = sql.nearest(self._sql[stmt], way)
@@ -611,8 +613,9 @@ class PgMemory(BatchFirstStore):
             return []
         name = NS_SEP.join(ns)
 
-        async def ranked(conn: Any, layout: Layout, q: Vectors | None) -> list[Any]:
-            counted = await self._scope_rows(conn, "TURN_SCOPE_ROWS", ns[0], [name])
+        async def ranked(
+            conn: Any, layout: Layout, q: Vectors | None, counted: dict[str, int]
+        ) -> list[Any]:
             args = (ns[0], name, top_k, q, *self._text_args(query), threshold, since, until)
             return await self._planned(
                 conn,
@@ -624,7 +627,9 @@ class PgMemory(BatchFirstStore):
                 indexed=("SEARCH_TURNS_INDEXED", (*args, *plan.index_args(top_k))),
             )
 
-        rows = await self._reading(ns[0], query, ranked)
+        rows = await self._reading(
+            ns[0], query, ranked, Counting("PIN_TURNS_COUNTED", [name], top_k)
+        )
         return [
             TurnMatch(
                 score=0.0 if r["score"] is None else float(r["score"]),
@@ -796,9 +801,10 @@ class PgMemory(BatchFirstStore):
         """Each namespace ranked on its own path: the uncounted and small ones in one
         exact statement, each big one on the index path (rows carry ``idx``, 1-based)."""
 
-        async def ranked(conn: Any, layout: Layout, q: Vectors | None) -> list[Any]:
+        async def ranked(
+            conn: Any, layout: Layout, q: Vectors | None, counted: dict[str, int]
+        ) -> list[Any]:
             text = self._text_args(query)
-            counted = await self._scope_rows(conn, "SCOPE_ROWS", tenant, names)
             table_rows = await self._table_rows.get(conn, self._qualified) if counted else 0.0
             big = {
                 i
@@ -829,7 +835,7 @@ class PgMemory(BatchFirstStore):
                 out.extend({**dict(r), "idx": i + 1} for r in got)
             return out
 
-        return await self._reading(tenant, query, ranked)
+        return await self._reading(tenant, query, ranked, Counting("PIN_COUNTED", names, limit))
 
     async def search_across(
         self,
@@ -862,8 +868,9 @@ class PgMemory(BatchFirstStore):
     ) -> list[Any]:
         """One ranking over the rows of ``names``, on the path their total rows take."""
 
-        async def ranked(conn: Any, layout: Layout, q: Vectors | None) -> list[Any]:
-            counted = await self._scope_rows(conn, "SCOPE_ROWS", tenant, names)
+        async def ranked(
+            conn: Any, layout: Layout, q: Vectors | None, counted: dict[str, int]
+        ) -> list[Any]:
             args = (tenant, names, limit, q, *self._text_args(query))
             return await self._planned(
                 conn,
@@ -875,7 +882,7 @@ class PgMemory(BatchFirstStore):
                 indexed=("SEARCH_ACROSS_INDEXED", (*args, *plan.index_args(limit))),
             )
 
-        return await self._reading(tenant, query, ranked)
+        return await self._reading(tenant, query, ranked, Counting("PIN_COUNTED", names, limit))
 
     async def search_by_embedding(
         self,
@@ -915,6 +922,17 @@ class PgMemory(BatchFirstStore):
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+
+@dataclass(frozen=True)
+class Counting:
+    """What a hybrid search's first statement counts (``PgMemory._pin_read``): the
+    pin of the counters' table (``PIN_COUNTED``, ``PIN_TURNS_COUNTED``), the scopes'
+    namespaces and the search's limit (the index path's settings follow it)."""
+
+    pin: str
+    names: list[str]
+    limit: int
 
 
 @dataclass(frozen=True)
