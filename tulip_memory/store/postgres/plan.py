@@ -73,6 +73,24 @@ for the graph took the exact path, up to about 28,000 rows of a million-row tabl
 the 10k-100k class of ``bench/recall.py --full`` ran at 56-58 ms p50, 4.4-5.6x
 PostgresStore's, 30 of its 40 queries exact.
 
+Where it still does not scale. One HNSW graph spans the whole table, so a scope's
+share of the table, not its size, decides what its nearest rows cost: a namespace
+that is a small share of a big table reads its own vectors, linear at ~0.7 us a row
+(20,000 rows: ~15 ms; a heavy user's 200,000 turns among a production table of many
+users' turns, where the graph cannot find them within ``max_scan_tuples``: ~130 ms).
+What bounds that is a graph per part of the table: hash partitions on ``ns`` (every
+namespace whole in one partition, each partition's graph over 1/P of the rows, so a
+scope's share grows about P times). Measured on a copy of ``bench/recall.py
+--full``'s memories partitioned 16 ways by ``hash(ns)`` (2026-12-06, as the owner,
+graphs just built): the nearest 20 rows of the 100,000-row namespace (62% of its
+partition) 3.8 ms, of 50,171 rows (61%) 3.8, of 33,514 (28%) 5.5, of 25,171 (21%)
+6.3, of 20,159 (22%) 6.2, of 14,423 (24%) 5.1, of 11,232 (12%) 9.7, against the one
+graph's 13.5-46 ms and the scan's 9.9-74 ms above. Not built: it rebuilds both
+tables as partitioned ones (a migration that rewrites every row), and the reindex's
+``CREATE INDEX CONCURRENTLY`` must then run per partition and attach (Postgres builds
+no partitioned index concurrently); the 16 graphs took 720 s to build against 527
+for the one.
+
 What the index path costs, and what was weighed (200,000 memories over 2,000
 namespaces and a 200,000-turn namespace, the embedded server, host load 3-6 on 2
 shared cores).
