@@ -11,6 +11,8 @@ earlier one observed later. When the fence keeps any of an event's memory rows o
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -36,6 +38,8 @@ from tulip_workers.turns import Clock, SessionTurns, session_turns, turn_context
 __all__ = ["APPLIED", "DEAD", "DUPLICATE", "SUPERSEDED", "ExtractionWorker"]
 
 TYPES = tuple(t.value for t in MemoryType)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ class ExtractionWorker(EventWorker):
             self.extractor(said, read.existing),
             self._turns(env, ns, thread, messages, clock, metadata),
         )
+        memories = capped(memories, self.max_memories, env.id)
         items = [memory_item(ns, m, env, thread, said) for m in memories]
         batch, turns = await self.store.prepare_event(
             items, TurnsIn(ns, thread, env.id, session.rows)
@@ -139,6 +144,30 @@ def stamped(messages: Sequence[Message], clock: Clock) -> list[Message]:
     """The messages an extractor reads: each with its time in ``metadata["timestamp"]``
     (epoch seconds, by :mod:`tulip_memory.times`' rule)."""
     return [replace(m, metadata={**m.metadata, TIME_FIELD: clock.of(m)}) for m in messages]
+
+
+def capped(memories: Sequence[Memory], per_type: int, event_id: str) -> list[Memory]:
+    """The first ``per_type`` memories of each type, in the extractor's order (a model
+    lists what matters first). A namespace keeps ``per_type`` of a type, so more from
+    one answer would be embedded and written only for the prune of the same
+    transaction to delete them, the answer's own among them in key order; a model
+    spewing thousands (up to what ``extract.parse.MAX_OUTPUT_CHARS`` admits) costs
+    no more than this."""
+    seen: Counter[MemoryType] = Counter()
+    kept = []
+    for memory in memories:
+        seen[memory.type] += 1
+        if seen[memory.type] <= per_type:
+            kept.append(memory)
+    if len(kept) < len(memories):
+        log.warning(
+            "event %s: %d of %d extracted memories dropped, over %d of a type",
+            event_id,
+            len(memories) - len(kept),
+            len(memories),
+            per_type,
+        )
+    return kept
 
 
 def memory_item(

@@ -536,3 +536,21 @@ async def test_model_items_postgres_cannot_store_are_dropped_not_the_event(
     env = event(ns, "My dog is Rex.")
     assert await worker.handle(encode(env)) == APPLIED
     assert sorted(m.key for m in await reader.recall(ns, "dog Rex")) == ["pet", "sources"]
+
+
+async def test_an_answer_holds_at_most_the_kept_memories_of_a_type_in_its_order(
+    store: PgMemory, reader: AsyncReader, fake_openai: FakeOpenAI, tenant: str
+) -> None:
+    # 80 memories of one type where the namespace keeps 50: the model's first 50 are
+    # embedded and written (not the 50 first by key the prune would keep of all 80).
+    items = [
+        {"type": "user", "key": f"fact-{i:02d}", "content": f"The user likes tea number {i}."}
+        for i in range(79, -1, -1)
+    ]
+    fake_openai.script_chat(Reply(content=json.dumps(items)))
+    worker = llm_worker(store, fake_openai)
+    ns = (tenant, "users", "u10")
+    env = event(ns, "I like a lot of teas.")
+    assert await worker.handle(encode(env)) == APPLIED
+    keys = await store.list_keys((*ns, "user"), limit=1_000)
+    assert sorted(keys) == [f"fact-{i:02d}" for i in range(30, 80)]
