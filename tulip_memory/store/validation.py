@@ -26,7 +26,7 @@ MAX_QUERY_CHARS = 32_768
 MAX_QUERY_TERMS = 64
 
 #: What Postgres text cannot hold: NUL, and lone UTF-16 surrogates (UTF-8 has none;
-#: JSON's ``\\u0000`` and ``\\ud800`` escapes decode to them).
+#: JSON's ``\u0000`` and ``\ud800`` escapes decode to them).
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 Namespace = tuple[str, ...]
