@@ -435,15 +435,17 @@ async def measure_nearest(
     print(f"\nthe nearest {candidates} rows of {table} ({table_rows:,.0f} rows), median ms")
     print(f"{'rows':>8} {'share':>7} {'graph':>7} {'scan':>7}  chosen (faster)")
     try:
+        near = render(_NEAR, t=f"public.{table}")
+        statements = {
+            way: slots.read_sql(sql.nearest(near, way), "embedding", emb.dimension)
+            for way in (plan.INDEX, plan.SCAN)
+        }
         for ns in [ns for group in picked.values() for ns in group]:
+            vectors = emb.embed([text for _, text in corpus.samples[ns][:per]])
             times = {}
-            for way in (plan.INDEX, plan.SCAN):
-                statement = slots.read_sql(
-                    sql.nearest(render(_NEAR, t=f"public.{table}"), way), "embedding", emb.dimension
-                )
+            for way, statement in statements.items():
                 spent = []
-                for _, text in corpus.samples[ns][:per]:
-                    vector = emb.embed([text])[0]
+                for vector in vectors:
                     async with conn.transaction():
                         await conn.execute(sql.PIN_TENANT, ns[0])
                         await conn.execute(

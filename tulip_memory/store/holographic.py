@@ -542,9 +542,8 @@ class HolographicStore(BatchFirstStore):
     async def _search_batch(
         self, tenant: str, nss: list[tuple[str, ...]], query: str | None, limit: int
     ) -> list[list[StoreItem]]:
-        """Every namespace in one read transaction."""
-        if limit <= 0:
-            return [[] for _ in nss]
+        """Every namespace in one read transaction (``search_many`` answers a limit
+        under 1 itself)."""
         names = [NS_SEP.join(ns) for ns in nss]
         found = await asyncio.to_thread(self._search_rows, names, query or "", limit)
         return [[_item(ns, r) for r in rows] for ns, rows in zip(nss, found, strict=True)]
@@ -598,7 +597,7 @@ class HolographicStore(BatchFirstStore):
         ns = validate_namespace(namespace)
         threshold, limit = validate_threshold(threshold), validate_limit(limit)
         q = np.asarray(validate_vector(query_embedding, self._vdim), dtype=np.float32)
-        if limit <= 0 or not np.any(q):
+        if not limit or not np.any(q):
             return []
         name = NS_SEP.join(ns)
 
