@@ -182,8 +182,14 @@ async def test_a_retry_after_beyond_max_backoff_fails_without_waiting(
 
 
 async def test_a_timeout_is_retried_then_reported(fake_openai: FakeOpenAI) -> None:
-    fake_openai.script_chat(Reply(content="[]", delay=2.0), Reply(content="[]", delay=2.0))
     extractor = LLMExtractor(config(fake_openai, timeout=0.2, max_retries=1))
+    # The loop's first call builds its model client inside the attempt's 0.2 s, which
+    # on a slow host is spent before any request is sent: both timeouts must be the
+    # server's, so the client is built by a call before them.
+    fake_openai.script_chat(answer(ANA))
+    await extractor.extract(TALK)
+    fake_openai.reset()
+    fake_openai.script_chat(Reply(content="[]", delay=2.0), Reply(content="[]", delay=2.0))
     with pytest.raises(ExtractionError) as failure:
         await extractor.extract(TALK)
     assert failure.value.attempts == 2
