@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -76,6 +77,9 @@ def test_every_option_has_plain_help() -> None:
         (["reindex"], {}, "--model NEW is needed"),
         (["dlq", "list"], {}, "TULIP_DATABASE_ADMIN_URL"),
         (["provision"], {}, "TULIP_DATABASE_ADMIN_URL"),
+        (["graphs"], {}, "TULIP_DATABASE_ADMIN_URL"),
+        (["graphs", "--most", "-1"], {"TULIP_DATABASE_ADMIN_URL": "postgresql://x"}, "--most >= 0"),
+        (["graphs"], {"TULIP_DATABASE_ADMIN_URL": "postgresql://x"}, "TULIP_DATABASE_URL"),
         (["nonsense"], {}, "invalid choice: 'nonsense'"),
     ],
 )
@@ -118,3 +122,30 @@ async def test_status_without_a_job_is_not_an_error(postgres: Postgres) -> None:
     assert done.stdout.strip() == (
         "no reindex job for tenant 'acme'; `tulip-memory reindex --model NEW` starts one"
     )
+
+
+async def test_graphs_builds_and_drops_a_namespaces_own_graph(
+    postgres: Postgres, tmp_path: Path
+) -> None:
+    table = f"cli_{uuid.uuid4().hex[:8]}"
+    store = app_store(postgres.app_dsn, table=table, embedder=embedder_from_env({}))
+    try:
+        await store.put_batch([(("acme", "users"), f"k{i}", f"note {i}", None) for i in range(12)])
+        # Three more namespaces under --min-rows: "users" is a third of the table.
+        for other in ("a", "b", "c"):
+            await store.put_batch([(("acme", other), f"k{i}", "a note", None) for i in range(9)])
+    finally:
+        await store.close()
+    env = {"TULIP_MEMORY_TABLE": table, **dsns(postgres)}
+    beat = tmp_path / "graphs.ok"
+    built = run("graphs", "--min-rows", "10", "--heartbeat", str(beat), **env)
+    assert built.returncode == 0, built.stderr
+    assert beat.exists()  # the compose healthcheck's file
+    assert built.stdout.splitlines() == [
+        "built memories 'acme'/'acme\\x1fusers' (embedding)",
+        "namespace graphs: 1 built, 0 dropped, 0 kept",
+    ]
+    again = run("graphs", "--min-rows", "10", **env)
+    assert again.stdout.strip() == "namespace graphs: 0 built, 0 dropped, 1 kept", again.stderr
+    dropped = run("graphs", "--most", "0", **env)
+    assert dropped.stdout.splitlines()[-1] == "namespace graphs: 0 built, 1 dropped, 0 kept"

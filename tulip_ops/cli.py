@@ -135,11 +135,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     provision.set_defaults(run=_provision)
 
+    from tulip_ops.graphs_cli import add_parser as add_graphs
     from tulip_ops.reindex_cli import add_parser as add_reindex
     from tulip_ops.reshard_cli import add_parser as add_reshard
     from tulip_ops.threads_cli import add_parser as add_threads
 
     add_reindex(sub)
+    add_graphs(sub)
     add_reshard(sub)
     add_threads(sub)
 

@@ -55,9 +55,10 @@ async def test_every_table_is_its_tenants_or_holds_no_tenant(postgres: Postgres)
             assert set(row["columns"]) <= GLOBAL[suffix], (table, row["columns"])
             seen["global"].append(table)
     # What the migrations make today: the memories, their turns, counters and postings, the
-    # reindex's layouts, jobs and ranges, the ledger and the dead letters.
+    # reindex's layouts, jobs and ranges, the namespaces' own graphs, the ledger and the
+    # dead letters.
     scoped = {"", "_turns", "_ns_stats", "_turns_ns_stats", "_post", "_turns_post", "_layout"}
-    scoped |= {"_df", "_turns_df"}
+    scoped |= {"_df", "_turns_df", "_graphs"}
     scoped |= {"_reindex_jobs"}
     scoped |= {"_reindex_ranges", "tulip_event_ledger", "tulip_dead_letters"}
     assert sorted(seen["scoped"]) == sorted(scoped)

@@ -1,10 +1,11 @@
 """Invariant 6 at scale: recall is complete everywhere and sublinear on big namespaces.
 
 One table where a tenant holds 100,000 rows in one namespace, 30 tenants hold 1-50,
-one namespace of 5,000 rows is too small a share of the table for the HNSW graph (the
-index path reads its vectors by a scan of its own rows), and one of 20,000 rows keeps
-its vectors where a search near the query never reaches them (opposite the query,
-beyond the iterative scan's ``max_scan_tuples``).
+namespaces of 5,000 and 12,000 rows are too small a share of the table for the HNSW
+graph (the index path reads their vectors by a scan of their own rows, until the
+12,000 get a graph of their own), and one of 20,000 rows keeps its vectors where a
+search near the query never reaches them (opposite the query, beyond the iterative
+scan's ``max_scan_tuples``).
 The same shapes fill the turns table. Everything is read through the application
 role under forced row-level security. The tests assert on the path the store chose
 (its ``plans`` counter, and EXPLAIN of the index statement), never on time.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -27,14 +28,16 @@ import pytest
 from tests.store.test_pg_hybrid import write_turns
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HRREncoder
+from tulip_memory.reindex.graphs import Graph, Graphs, Refreshed
 from tulip_memory.store import PgMemory
 from tulip_memory.store.fusion import HybridRanking
 from tulip_memory.store.postgres import plan, slots, sql
 from tulip_memory.store.validation import NS_SEP
 
 DIM = 8  # HRR: 16-wide vectors keep the 100,000-row fixture quick to build
-# RARE: big enough for the HNSW graph (plan.choose), MID for the index path only
-BIG, RARE, MID = 100_000, 20_000, 5_000
+# RARE: big enough for the HNSW graph (plan.choose), MID for the index path only, OWN
+# too small a share of the table for its graph but big enough for a graph of its own
+BIG, RARE, MID, OWN = 100_000, 20_000, 5_000, 12_000
 SMALL = [1 + (i * 7) % 50 for i in range(30)]
 START = datetime(2026, 1, 1, tzinfo=UTC)
 QUERIES = ["alpha5 beta7", "gamma11", "alpha40 gamma2 beta3", "beta88", "alpha1 beta2"]
@@ -61,11 +64,13 @@ class Fixture:
 BIG_NS: tuple[str, ...] = ("bigco", "facts")
 RARE_NS: tuple[str, ...] = ("rareco", "facts")
 MID_NS: tuple[str, ...] = ("midco", "facts")
+OWN_NS: tuple[str, ...] = ("ownco", "facts")
 SMALL_NS: list[tuple[str, ...]] = [(f"small{j}", "facts") for j in range(len(SMALL))]
 SIZES = {
     BIG_NS: BIG,
     RARE_NS: RARE,
     MID_NS: MID,
+    OWN_NS: OWN,
     **dict(zip(SMALL_NS, SMALL, strict=True)),
 }
 
@@ -171,7 +176,7 @@ def _expected_paths(ns: tuple[str, ...]) -> set[str]:
     # complete either way; the hostile planner below forces the graph.
     if ns == RARE_NS:
         return {plan.INDEX, plan.FALLBACK}
-    return {BIG_NS: {plan.INDEX}, MID_NS: {plan.SCAN}}.get(ns, {plan.EXACT})
+    return {BIG_NS: {plan.INDEX}, MID_NS: {plan.SCAN}, OWN_NS: {plan.SCAN}}.get(ns, {plan.EXACT})
 
 
 def test_the_plan_follows_the_scopes_size_and_share_of_the_table() -> None:
@@ -191,6 +196,11 @@ def test_the_plan_follows_the_scopes_size_and_share_of_the_table() -> None:
     assert plan.choose(50_000, 0, 10) == plan.INDEX  # no estimate yet: the scope alone
     assert plan.ways(plan.INDEX) == (plan.INDEX, plan.SCAN)
     assert plan.ways(plan.SCAN) == (plan.SCAN,)
+    # A namespace with a graph of its own is that graph's whole table.
+    assert plan.choose(20_000, 1_000_000, 10, own=True) == plan.OWN
+    assert plan.choose(4_000, 1_000_000, 10, own=True) == plan.SCAN
+    assert plan.choose(1_500, 1_000_000, 10, own=True) == plan.EXACT
+    assert plan.ways(plan.OWN) == (plan.OWN, plan.SCAN)
 
 
 @pytest.mark.parametrize("what", ["memories", "turns"])
@@ -583,3 +593,156 @@ async def test_many_partial_matches_are_completed_by_one_stream_of_the_common_wo
     assert got == want and sorted(got) == [f"zephyr{i}" for i in range(10, 20)]
     assert "rows=3000 " in _cte(lines, "joined") and "rows=0 " in _cte(lines, "looked")
     assert "never executed" in _cte(lines, "bm"), "\n".join(lines)
+
+
+# -- namespaces' own graphs (tulip_memory.reindex.graphs) -----------------------------
+# The rare namespace (20,000 rows, 14% of the table, its vectors away from the query)
+# and the one of 12,000 get graphs of their own: the big one is most of its table, the
+# mid one under graphs.MIN_ROWS. Requested last in this module; dropped at its end.
+
+
+@pytest.fixture(scope="module")
+def own_graphs(scale: Fixture) -> Iterator[Refreshed]:
+    store = scale.store()
+    with ThreadPoolExecutor(1) as pool:
+        built = pool.submit(asyncio.run, Graphs(store, scale.admin_dsn).refresh()).result()
+        yield built
+        gone = pool.submit(asyncio.run, Graphs(store, scale.admin_dsn, most=0).refresh())
+        assert len(gone.result().dropped) == len(built.built)
+        pool.submit(asyncio.run, store.close()).result()
+
+
+async def _graph_indexes(fx: Fixture) -> list[str]:
+    conn = await asyncpg.connect(fx.admin_dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT indexrelid::regclass::text AS name, indisvalid FROM pg_index"
+            " WHERE indrelid IN ($1::regclass, $2::regclass) ORDER BY 1",
+            f"public.{fx.table}",
+            f"public.{fx.table}_turns",
+        )
+    finally:
+        await conn.close()
+    return [r["name"] for r in rows if r["name"].startswith(f"{fx.table}_own") and r["indisvalid"]]
+
+
+async def test_only_a_big_namespace_that_is_a_small_share_gets_its_own_graph(
+    own_graphs: Refreshed, scale: Fixture
+) -> None:
+    assert sorted(own_graphs.built) == [
+        Graph(kind, ns[0], NS_SEP.join(ns), "embedding")
+        for kind in ("memories", "turns")
+        for ns in (OWN_NS, RARE_NS)
+    ]
+    assert len(await _graph_indexes(scale)) == 4
+    # The catalog, which every role reads, holds a hash, not the tenant's name.
+    conn = await asyncpg.connect(scale.app_dsn)
+    try:
+        defs = await conn.fetch(
+            "SELECT indexdef FROM pg_indexes WHERE indexname ~ $1", f"^{scale.table}_own[0-9]+$"
+        )
+    finally:
+        await conn.close()
+    assert len(defs) == 4 and not any(t in r[0] for r in defs for t in ("rareco", "ownco"))
+    again = await Graphs(scale.store(), scale.admin_dsn).refresh()
+    assert again.built == again.dropped == [] and sorted(again.kept) == sorted(own_graphs.built)
+
+
+async def test_a_namespace_with_its_own_graph_reads_it_and_stays_complete(
+    own_graphs: Refreshed, auto: PgMemory, exact: PgMemory, scale: Fixture
+) -> None:
+    hits = total = 0
+    for query in QUERIES:
+        got = [i.key for i in await auto.search(OWN_NS, query, limit=10)]
+        want = [i.key for i in await exact.search(OWN_NS, query, limit=10)]
+        got_t = [(t.position, t.text) for t in await auto.search_turns(OWN_NS, query, 10)]
+        want_t = [(t.position, t.text) for t in await exact.search_turns(OWN_NS, query, 10)]
+        assert len(got) == len(got_t) == 10, query
+        hits += len(set(got) & set(want)) + sum(t in want_t for t in got_t)
+        total += len(want) + len(want_t)
+        # The rare namespace's rows lie away from the query: its own graph has no
+        # other rows to pass first.
+        assert len(await auto.search(RARE_NS, query, limit=10)) == 10
+        assert len(await auto.search_turns(RARE_NS, query, top_k=10)) == 10
+    assert auto.plans == {plan.OWN: 4 * len(QUERIES)}
+    assert hits / total >= 0.95
+    graphs = await _graph_indexes(scale)
+    for ns in (OWN_NS, RARE_NS):
+        for shown, _ in await _explain_the_index_path(auto, scale, ns, plan.OWN):
+            assert any(f"Index Scan using {g} " in shown for g in graphs), shown
+
+
+async def test_the_application_role_reads_its_tenants_graphs_and_writes_none(
+    own_graphs: Refreshed, scale: Fixture
+) -> None:
+    t = f"public.{scale.table}_graphs"
+    conn = await asyncpg.connect(scale.app_dsn)
+    try:
+        for tenant, seen in ((RARE_NS[0], 2), (OWN_NS[0], 2), (BIG_NS[0], 0)):
+            async with conn.transaction():
+                await conn.execute("SELECT set_config('tulip.tenant', $1, true)", tenant)
+                assert await conn.fetchval(f"SELECT count(*) FROM {t}") == seen
+        async with conn.transaction():
+            await conn.execute("SELECT set_config('tulip.tenant', $1, true)", BIG_NS[0])
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.execute(
+                    f"INSERT INTO {t} (kind, tenant, ns, slot, rows, ready)"
+                    " VALUES ('memories', $1, $2, 'embedding', 1, true)",
+                    BIG_NS[0],
+                    NS_SEP.join(BIG_NS),
+                )
+    finally:
+        await conn.close()
+
+
+async def test_a_graph_dropped_under_its_registry_row_leaves_recall_complete(
+    own_graphs: Refreshed, scale: Fixture
+) -> None:
+    # Its index dropped behind the registry's back: the statement reads the table's
+    # graph instead, which stops at max_scan_tuples before it reaches the namespace's
+    # rows (they lie away from the query); the namespace's scan answers. The next
+    # refresh builds the graph again.
+    gone = await _graph_indexes(scale)
+    admin = await asyncpg.connect(scale.admin_dsn)
+    try:
+        for name in gone:
+            await admin.execute(f"DROP INDEX public.{name}")
+    finally:
+        await admin.close()
+    store = PgMemory(
+        scale.app_dsn + ("&" if "?" in scale.app_dsn else "?") + "enable_sort=off",
+        table=scale.table,
+        dim=DIM,
+        ranking=RANKING,
+    )
+    try:
+        assert len(await store.search(RARE_NS, QUERIES[0], limit=10)) == 10
+        assert len(await store.search_turns(RARE_NS, QUERIES[0], top_k=10)) == 10
+    finally:
+        await store.close()
+    assert store.plans == {plan.FALLBACK: 2}
+    again = await Graphs(scale.store(), scale.admin_dsn).refresh()
+    assert sorted(again.built) == sorted(own_graphs.built)
+    assert len(await _graph_indexes(scale)) == 4
+
+
+async def test_hostile_names_reach_the_index_as_a_number(
+    own_graphs: Refreshed, scale: Fixture
+) -> None:
+    # A tenant and namespace made to break out of a quoted literal: the index's
+    # predicate holds the server's hash of them, never their text.
+    ns = ("o'brien", "x'); DROP TABLE t; --")
+    store = scale.store()
+    try:
+        await store.put_batch([(ns, f"k{i}", f"alpha{i} note", None) for i in range(60)])
+        tiny = Graphs(store, scale.admin_dsn, min_rows=60, max_share=60 / 100_000)
+        done = await tiny.refresh()
+        assert [g.tenant for g in done.built] == [ns[0]]
+        assert len(await store.search(ns, "alpha1", limit=10)) == 10
+        assert [g.tenant for g in (await tiny.refresh()).kept] == [ns[0]]
+    finally:
+        await store.clear_namespace(ns)
+        await store.close()
+    # The other graphs went with the narrow refresh; the default one builds them back.
+    again = await Graphs(scale.store(), scale.admin_dsn).refresh()
+    assert [g.tenant for g in again.dropped] == [ns[0]]

@@ -27,6 +27,7 @@ from typing import Any
 from tulip_memory.embeddings import BaseEmbedding
 from tulip_memory.errors import EmbeddingError
 from tulip_memory.reindex import sql
+from tulip_memory.reindex.graphs import Graphs
 from tulip_memory.reindex.model import Progress, ReindexConflict, ReindexError, ReindexJob
 from tulip_memory.reindex.pacing import Pacer
 from tulip_memory.reindex.phases import PhaseObserver, phase
@@ -333,12 +334,25 @@ class Reindexer:
         """A slot's HNSW indexes over the memories and the turns (the recall plan's
         index path reads both), each built concurrently (writes go on meanwhile) with
         the memory its graph needs; an invalid one left by a crash is dropped and
-        built again."""
+        built again. Then the big namespaces' own graphs over it, and no more over a
+        slot no layout writes (:mod:`~tulip_memory.reindex.graphs`)."""
         if dim > PGVECTOR_ANN_MAX_DIM:
             return
         name = self.store.table_name
         await self._build_index(sql.CREATE_INDEX, name, slot, dim)
         await self._build_index(sql.CREATE_TURNS_INDEX, f"{name}_turns", slot, dim)
+        await self._refresh_graphs()
+
+    async def _refresh_graphs(self) -> None:
+        """The namespaces' own graphs over the slots the layouts write: a reindex's new
+        slot gets them before recall switches to it, a finalized one loses them. They
+        make recall faster, not complete, so a role that cannot read every tenant's
+        counters (a migrator that is not ``tulip_ops``) leaves them to ``tulip-memory
+        graphs`` rather than fail the job."""
+        try:
+            await Graphs(self.store, self._need_owner("building namespace graphs")).refresh()
+        except PermissionError as e:
+            log.warning("namespace graphs left as they were (run `tulip-memory graphs`): %s", e)
 
     async def _build_index(self, create: str, table: str, slot: str, dim: int) -> None:
         schema = self.store.table.rsplit(".", 1)[0]

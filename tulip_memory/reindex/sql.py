@@ -268,3 +268,47 @@ WHERE m.tenant = $1 AND m.ns = u.ns AND m.event_id = u.event_id AND m.position =
 MISSING = """
 SELECT (SELECT count(*) FROM {t} WHERE tenant = $1 AND {v} IS NULL AND {o} IS NOT NULL)
      + (SELECT count(*) FROM {t}_turns WHERE tenant = $1 AND {v} IS NULL AND {o} IS NOT NULL)"""
+
+# -- namespaces' own graphs (``graphs``) ------------------------------------------------
+# Every counted namespace of at least $1 rows, with its share of its table's counted
+# rows and the slots its tenant's layout writes (its own row, else the all-tenants one):
+# read as ``tulip_ops``, which sees every tenant.
+GRAPH_CANDIDATES = """
+WITH counted AS (
+    SELECT 'memories' AS kind, tenant, ns, rows FROM {t}_ns_stats
+    UNION ALL SELECT 'turns', tenant, ns, rows FROM {t}_turns_ns_stats
+), totals AS (SELECT kind, sum(rows)::float8 AS total FROM counted GROUP BY kind)
+SELECT c.kind, c.tenant, c.ns, c.rows, c.rows / greatest(t.total, 1) AS share,
+       coalesce(l.write_slots, ARRAY['embedding']) AS slots
+FROM counted c JOIN totals t USING (kind)
+LEFT JOIN LATERAL (
+    SELECT write_slots FROM {t}_layout
+    WHERE scope = c.tenant OR scope = '' ORDER BY scope = '' LIMIT 1
+) l ON true
+WHERE c.rows >= $1
+ORDER BY c.rows DESC, c.kind, c.tenant, c.ns"""
+
+GRAPHS = "SELECT id, kind, tenant, ns, slot, rows, ready FROM {t}_graphs ORDER BY id"
+
+# A graph's registry row (the owner's), kept or made; its id names the index.
+CLAIM_GRAPH = """
+INSERT INTO {t}_graphs (kind, tenant, ns, slot, rows) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (kind, tenant, ns, slot) DO UPDATE SET rows = EXCLUDED.rows
+RETURNING id"""
+
+GRAPH_READY = "UPDATE {t}_graphs SET ready = true WHERE id = $1"
+GRAPH_RETIRED = "UPDATE {t}_graphs SET ready = false WHERE id = $1"
+FORGET_GRAPH = "DELETE FROM {t}_graphs WHERE id = $1"
+
+CREATE_GRAPH = "CREATE INDEX CONCURRENTLY IF NOT EXISTS {i} ON {t} {using} WHERE {key} = {value}"
+CREATE_TURNS_GRAPH = CREATE_GRAPH.replace("ON {t} ", "ON {t}_turns ")
+DROP_GRAPH = "DROP INDEX CONCURRENTLY IF EXISTS {i}"
+# The planner's statistics of a table with new graphs: the dependency of the graphs'
+# key on the namespace (migration 22) is what lets it read them.
+ANALYZE_GRAPHED = "ANALYZE {t}"
+ANALYZE_GRAPHED_TURNS = "ANALYZE {t}_turns"
+
+# An index's validity and storage parameters (``m``, ``ef_construction`` of a graph).
+INDEX_OPTIONS = """
+SELECT i.indisvalid, c.reloptions FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indexrelid = to_regclass($1)"""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from tulip_memory.store.postgres.audit import Expected
 from tulip_memory.store.postgres.family import Family, Migration, tenant_rls
+from tulip_memory.store.postgres.sql import GRAPH_KEY
 
 
 def _ns_stats(t: str, p: str) -> tuple[str, ...]:
@@ -520,6 +521,47 @@ def _halfvec_indexes(t: str) -> str:
         END $do$"""
 
 
+def _graphs() -> tuple[str, ...]:
+    """Migration 22: ``<t>_graphs``, the registry of the namespaces' own graphs
+    (:mod:`~tulip_memory.store.postgres.graphs`): one row per graph, its index
+    ``<p>_own<id>`` over the ``kind`` table's ``slot``, ``ready`` once the index is built.
+    Under forced row-level security the application role reads its tenant's rows (a
+    search chooses its plan from them) and writes none; the owner role, which builds
+    and drops the graphs, reads and writes every row; ``tulip_ops`` reads them all.
+
+    And the statistics that let the planner read such a graph: a namespace's rows all
+    share one key, so ``GRAPH_KEY = k`` keeps every row the namespace's condition
+    kept. Without the dependency, the planner multiplies the two selectivities as if
+    independent, expects a handful of rows, and sorts them rather than scan a graph
+    (a 12,000-row namespace's scope estimated at 5 rows). The statistics are filled by
+    the next ``ANALYZE`` (autovacuum's, or the graphs' refresh's)."""
+    return (
+        """CREATE TABLE {t}_graphs (
+            id bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+            kind text NOT NULL CHECK (kind IN ('memories', 'turns')),
+            tenant text NOT NULL,
+            ns text NOT NULL,
+            slot text NOT NULL,
+            rows bigint NOT NULL,
+            ready boolean NOT NULL DEFAULT false,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (kind, tenant, ns, slot)
+        )""",
+        "ALTER TABLE {t}_graphs ENABLE ROW LEVEL SECURITY",
+        "ALTER TABLE {t}_graphs FORCE ROW LEVEL SECURITY",
+        """CREATE POLICY {p}_graphs_tenant ON {t}_graphs FOR SELECT TO tulip_dml
+            USING (tenant = current_setting('tulip.tenant', true))""",
+        """CREATE POLICY {p}_graphs_owner ON {t}_graphs TO tulip_owner
+            USING (true) WITH CHECK (true)""",
+        "GRANT SELECT ON {t}_graphs TO tulip_dml, tulip_ops",
+        *(
+            f"""CREATE STATISTICS {p}_graph_key (dependencies)
+                ON tenant, ns, ({GRAPH_KEY}) FROM {t}"""
+            for t, p in (("{t}", "{p}"), ("{t}_turns", "{p}_turns"))
+        ),
+    )
+
+
 def _reindex_tenancy() -> tuple[str, ...]:
     """Migration 14: ``<t>_layout``, ``<t>_reindex_jobs`` and ``<t>_reindex_ranges``
     under forced row-level security. Their tenant is ``scope`` for layouts and jobs
@@ -809,6 +851,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             _Postings("{t}_turns", "event_id, position", ", created_at").sync(),
         ),
     ),
+    Migration(22, "the registry of namespaces' own HNSW graphs", _graphs()),
 )
 
 

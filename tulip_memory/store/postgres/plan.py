@@ -19,6 +19,10 @@ store chooses it from the scope's row count, kept exact by triggers in
   tenant) for the scan to find them within ``max_scan_tuples`` and at less cost than
   reading the scope's vectors: it reads about ``ef_search / share`` tuples, the other
   scopes' ones included (:data:`HNSW_COST`);
+- :data:`OWN`: from the namespace's own graph, a partial HNSW index over its rows
+  alone, where the operator's ``tulip-memory graphs`` built one (a table's biggest
+  namespaces that are a small share of it: :mod:`tulip_memory.reindex.graphs`): the
+  scope is then its graph's whole table;
 - :data:`SCAN`: from the scope's own rows, read by its B-tree range with each
   cosine computed in full precision and a top-N sort: exact, complete, and linear in
   the scope at a fifth of the exact path's cost a row (it reads no ``tsvector``).
@@ -73,7 +77,7 @@ for the graph took the exact path, up to about 28,000 rows of a million-row tabl
 the 10k-100k class of ``bench/recall.py --full`` ran at 56-58 ms p50, 4.4-5.6x
 PostgresStore's, 30 of its 40 queries exact.
 
-Where it still does not scale. One HNSW graph spans the whole table, so a scope's
+Where the table's graph does not scale. One HNSW graph spans the whole table, so a scope's
 share of the table, not its size, decides what its nearest rows cost: a namespace
 that is a small share of a big table reads its own vectors, linear at ~0.7 us a row
 (20,000 rows: ~15 ms; a heavy user's 200,000 turns among a production table of many
@@ -89,7 +93,11 @@ graph's 13.5-46 ms and the scan's 9.9-74 ms above. Not built: it rebuilds both
 tables as partitioned ones (a migration that rewrites every row), and the reindex's
 ``CREATE INDEX CONCURRENTLY`` must then run per partition and attach (Postgres builds
 no partitioned index concurrently); the 16 graphs took 720 s to build against 527
-for the one.
+for the one. Built instead (2026-12-06): a graph of its own for each of the few
+namespaces that need one (:data:`OWN`, :mod:`tulip_memory.reindex.graphs`), a
+partial index over its rows, built and dropped online with no table rewritten, which
+makes the namespace its graph's whole table (pgvector's own advice for a filter of
+few distinct values).
 
 What the index path costs, and what was weighed (200,000 memories over 2,000
 namespaces and a 200,000-turn namespace, the embedded server, host load 3-6 on 2
@@ -267,6 +275,7 @@ TABLE_ROWS_TTL = 60.0
 
 EXACT = "exact"
 INDEX = "index"
+OWN = "own"
 SCAN = "scan"
 FALLBACK = "fallback"
 
@@ -352,22 +361,27 @@ HNSW_COST = 650
 HNSW_POWER = 0.58
 
 
-def choose(rows: int, table_rows: float, limit: int) -> str:
-    """:data:`EXACT`, :data:`INDEX` or :data:`SCAN` for a scope of ``rows`` rows in a
-    table of about ``table_rows`` (planner estimate; 0 or less when unknown), on a
-    server that can run the index path. Under :data:`INDEX_MIN_ROWS` the exact path;
-    above it the index path (bm25 from the postings), its nearest rows from the HNSW
-    graph (:data:`INDEX`) where the iterative scan is expected to fit
-    ``max_scan_tuples`` and to cost less than reading the scope's vectors
-    (:data:`HNSW_COST`), else from the scope's own rows (:data:`SCAN`: exact, and
-    linear in the scope at a fifth of the exact path's cost a row)."""
+def choose(rows: int, table_rows: float, limit: int, *, own: bool = False) -> str:
+    """:data:`EXACT`, :data:`INDEX`, :data:`OWN` or :data:`SCAN` for a scope of ``rows``
+    rows in a table of about ``table_rows`` (planner estimate; 0 or less when unknown),
+    on a server that can run the index path. Under :data:`INDEX_MIN_ROWS` the exact
+    path; above it the index path (bm25 from the postings), its nearest rows from the
+    HNSW graph where the iterative scan is expected to fit ``max_scan_tuples`` and to
+    cost less than reading the scope's vectors (:data:`HNSW_COST`), else from the
+    scope's own rows (:data:`SCAN`: exact, and linear in the scope at a fifth of the
+    exact path's cost a row). The graph is the scope's own (:data:`OWN`, a partial
+    index over its namespace, :mod:`~tulip_memory.store.postgres.graphs`) where
+    ``own`` says it has one, which makes the scope its graph's whole table; else the
+    table's (:data:`INDEX`)."""
     if rows < max(INDEX_MIN_ROWS, 2 * limit):
         return EXACT
-    share = rows / table_rows if table_rows > rows else 1.0
+    share = 1.0 if own or table_rows <= rows else rows / table_rows
     tuples = ef_search(limit) / share
     if share * MAX_SCAN_TUPLES < 2 * ef_search(limit):
         return SCAN
-    return INDEX if HNSW_COST * tuples**HNSW_POWER < rows else SCAN
+    if HNSW_COST * tuples**HNSW_POWER >= rows:
+        return SCAN
+    return OWN if own else INDEX
 
 
 #: The fewest rows of a scope :func:`choose` sends to the HNSW graph (one that is its
@@ -378,10 +392,11 @@ GRAPH_MIN_ROWS = max(INDEX_MIN_ROWS, math.ceil(HNSW_COST * ef_search(1) ** HNSW_
 
 def ways(chosen: str) -> tuple[str, ...]:
     """The index-path statements to try for a ``chosen`` plan, in order, before the
-    exact path: an HNSW scan that comes back short (the scope's rows rarer in the
-    graph than expected, or past ``max_scan_tuples``) is followed by the scope's
+    exact path: an HNSW scan (of the table's graph or the scope's own) that comes back
+    short (the scope's rows rarer in the graph than expected, or past
+    ``max_scan_tuples``; its own graph dropped under it) is followed by the scope's
     scan, which has every row of the scope to order."""
-    return (INDEX, SCAN) if chosen == INDEX else (chosen,)
+    return (chosen, SCAN) if chosen in (INDEX, OWN) else (chosen,)
 
 
 class TableRows:

@@ -333,13 +333,26 @@ SELECT h.* FROM ({_SEARCH_TURNS}) h ORDER BY h._pos"""
 # small share of its table (see ``plan.choose``).
 _NEAREST = {
     _plan.INDEX: "{h} <=> $4::halfvec",
+    _plan.OWN: "{h} <=> $4::halfvec",
     _plan.SCAN: "({v} <=> $4) + 0",
 }
 
+# A namespace's own graph (``graphs``): a partial HNSW index over the rows whose
+# ``GRAPH_KEY`` is the namespace's, so it holds no other namespace's rows (but for a
+# 64-bit hash collision, which the scope's own condition filters out) and no tenant's
+# or namespace's name is written into the catalog, which every role reads. With the
+# parameters' values in the plan (``force_custom_plan``), ``OWN_GRAPH``'s right side
+# is a constant, so the planner proves the index's predicate from it and may read it.
+GRAPH_KEY = "hashtextextended(tenant || '/' || ns, 0)"
+GRAPH_KEY_OF = "SELECT hashtextextended($1 || '/' || $2, 0)"
+_OWN_GRAPH = f"\n      AND {GRAPH_KEY} = hashtextextended($1 || '/' || $2::text, 0)"
+
 
 def nearest(statement: str, chosen: str) -> str:
-    """An index-path ``statement`` whose nearest rows come the way ``chosen`` says."""
-    return render(statement, n=_NEAREST[chosen])
+    """An index-path ``statement`` (one namespace's, ``$1`` its tenant and ``$2`` its
+    name, for :data:`~tulip_memory.store.postgres.plan.OWN`) whose nearest rows come the
+    way ``chosen`` says."""
+    return render(statement, n=_NEAREST[chosen], g=_OWN_GRAPH if chosen == _plan.OWN else "")
 
 
 def _plan_settings(ef: int, tuples: int) -> str:
@@ -355,25 +368,33 @@ def _plan_settings(ef: int, tuples: int) -> str:
 PLAN_SETTINGS = f"SELECT {_plan_settings(1, 2)}"
 
 
-def _pin_counted(stats: str) -> str:
+def _pin_counted(stats: str, kind: str) -> str:
     """A hybrid search's first statement where the index path may be taken:
     ``PIN_LAYOUT``'s row, the rows the counters ``stats`` hold for namespaces ``$2``
     (``names`` and ``rows``, NULL when none was ever counted), read after the pin as the
-    layout is, and the index path's settings (``$3`` ``ef_search``, ``$4``
-    ``max_scan_tuples``) for the transaction: one round trip where there were three.
-    The exact path takes no HNSW scan, and a plan made per call costs it nothing
-    measurable (0.76-1.34 ms with one against 0.85-1.29 left to Postgres)."""
+    layout is, those of them with a graph of their own over the slot recall reads
+    (``graphs``: ``<table>_graphs`` rows of ``kind``, ready), and the index path's
+    settings (``$3`` ``ef_search``, ``$4`` ``max_scan_tuples``) for the transaction: one
+    round trip where there were three. The exact path takes no HNSW scan, and a plan
+    made per call costs it nothing measurable (0.76-1.34 ms with one against 0.85-1.29
+    left to Postgres)."""
     return f"""{_PINNED}
-SELECT pin.pinned, l.read_slot, l.write_slots, c.names, c.rows, {_plan_settings(3, 4)}
+SELECT pin.pinned, l.read_slot, l.write_slots, c.names, c.rows, g.graphs,
+       {_plan_settings(3, 4)}
 FROM pin {_PINNED_LAYOUT}
 CROSS JOIN LATERAL (
     SELECT array_agg(ns) AS names, array_agg(rows) AS rows FROM {stats}
     WHERE tenant = pin.pinned AND ns = ANY ($2::text[])
-) AS c"""
+) AS c
+CROSS JOIN LATERAL (
+    SELECT array_agg(ns) AS graphs FROM {{t}}_graphs
+    WHERE kind = '{kind}' AND tenant = pin.pinned AND ns = ANY ($2::text[])
+      AND slot = coalesce(l.read_slot, 'embedding') AND ready
+) AS g"""
 
 
-PIN_COUNTED = _pin_counted("{t}_ns_stats")
-PIN_TURNS_COUNTED = _pin_counted("{t}_turns_ns_stats")
+PIN_COUNTED = _pin_counted("{t}_ns_stats", "memories")
+PIN_TURNS_COUNTED = _pin_counted("{t}_turns_ns_stats", "turns")
 
 
 def _fused(s: str) -> str:
@@ -549,7 +570,7 @@ lex_top AS MATERIALIZED (
 ),
 best AS MATERIALIZED (SELECT max(bm25) AS top FROM lex_top),
 vec AS MATERIALIZED (
-    SELECT {keys} FROM {table} WHERE {scope} AND $4::vector IS NOT NULL
+    SELECT {keys} FROM {table} WHERE {scope} AND $4::vector IS NOT NULL{{g}}
     ORDER BY {{n}} LIMIT ${cand}
 ),
 vec_bm AS MATERIALIZED (

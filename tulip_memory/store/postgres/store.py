@@ -16,7 +16,7 @@ import json
 import logging
 import re
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -374,7 +374,7 @@ class PgMemory(BatchFirstStore):
         model."""
 
         async def fetch(
-            conn: Any, layout: Layout, qvec: Vectors | None, counted: dict[str, int]
+            conn: Any, layout: Layout, qvec: Vectors | None, counted: Counted
         ) -> list[Any]:
             statement = slots.read_sql(self._sql[stmt], layout.read)
             return list(await conn.fetch(statement, tenant, *args(qvec, layout)))
@@ -385,7 +385,7 @@ class PgMemory(BatchFirstStore):
         self,
         tenant: str,
         query: str | None,
-        body: Callable[[Any, Layout, Vectors | None, dict[str, int]], Awaitable[list[Any]]],
+        body: Callable[[Any, Layout, Vectors | None, Counted], Awaitable[list[Any]]],
         counting: Counting | None = None,
     ) -> list[Any]:
         """``body`` in a read transaction over the slot recall reads, with the query
@@ -413,21 +413,23 @@ class PgMemory(BatchFirstStore):
 
     async def _pin_read(
         self, conn: Any, tenant: str, counting: Counting | None
-    ) -> tuple[Any, dict[str, int]]:
+    ) -> tuple[Any, Counted]:
         """A read's first statement: the tenant pinned and its layout's row; with
         ``counting``, where the index path may be taken at all, in the same round trip
-        the counted rows of its namespaces (absent: not counted yet) and the index
-        path's settings. Otherwise no counts: every scope takes the exact path."""
+        the counted rows of its namespaces (absent: not counted yet), which of them
+        have a graph of their own, and the index path's settings. Otherwise no counts:
+        every scope takes the exact path."""
         if counting is None or not (
             self._recall_plan == "auto"
             and self._caps.index_path
             and self._encoder is not None
             and self._ann
         ):
-            return await conn.fetchrow(self._sql["PIN_LAYOUT"], tenant), {}
+            return await conn.fetchrow(self._sql["PIN_LAYOUT"], tenant), NOT_COUNTED
         settings = (str(plan.ef_search(counting.limit)), str(plan.MAX_SCAN_TUPLES))
         row = await conn.fetchrow(self._sql[counting.pin], tenant, counting.names, *settings)
-        return row, dict(zip(row["names"] or (), row["rows"] or (), strict=True))
+        rows = dict(zip(row["names"] or (), row["rows"] or (), strict=True))
+        return row, Counted(rows, frozenset(row["graphs"] or ()))
 
     async def _planned(
         self,
@@ -439,10 +441,12 @@ class PgMemory(BatchFirstStore):
         limit: int,
         exact: tuple[str, tuple[Any, ...]],
         indexed: tuple[str, tuple[Any, ...]],
+        own: bool = False,
     ) -> list[Any]:
         """One hybrid ranking of a scope of ``rows`` counted rows (``None``: not
-        counted): the index path when :func:`plan.choose` picks it (its nearest rows
-        from the HNSW graph or from the scope's scan, :func:`plan.ways`) and its
+        counted; ``own``: it has a graph of its own): the index path when
+        :func:`plan.choose` picks it (its nearest rows from an HNSW graph or from the
+        scope's scan, :func:`plan.ways`) and its
         candidates cover ``min(limit, rows)``, else the exact path. ``plans`` counts
         the path chosen, or :data:`plan.FALLBACK` when another one answered."""
         chosen = plan.EXACT
@@ -451,7 +455,7 @@ class PgMemory(BatchFirstStore):
         dim = self._layouts.width(layout.read)
         if rows is not None and dim is not None:
             table_rows = await self._table_rows.get(conn, table)
-            chosen = plan.choose(rows, table_rows, limit)
+            chosen = plan.choose(rows, table_rows, limit, own=own)
         if chosen != plan.EXACT:  # under the settings the pin set (_pin_read)
             assert rows is not None
             stmt, args = indexed
@@ -614,17 +618,18 @@ class PgMemory(BatchFirstStore):
         name = NS_SEP.join(ns)
 
         async def ranked(
-            conn: Any, layout: Layout, q: Vectors | None, counted: dict[str, int]
+            conn: Any, layout: Layout, q: Vectors | None, counted: Counted
         ) -> list[Any]:
             args = (ns[0], name, top_k, q, *self._text_args(query), threshold, since, until)
             return await self._planned(
                 conn,
                 layout,
                 table=f"{self._qualified}_turns",
-                rows=counted.get(name),
+                rows=counted.rows.get(name),
                 limit=top_k,
                 exact=("SEARCH_TURNS", args),
                 indexed=("SEARCH_TURNS_INDEXED", (*args, *plan.index_args(top_k))),
+                own=name in counted.graphs,
             )
 
         rows = await self._reading(
@@ -802,14 +807,15 @@ class PgMemory(BatchFirstStore):
         exact statement, each big one on the index path (rows carry ``idx``, 1-based)."""
 
         async def ranked(
-            conn: Any, layout: Layout, q: Vectors | None, counted: dict[str, int]
+            conn: Any, layout: Layout, q: Vectors | None, counted: Counted
         ) -> list[Any]:
             text = self._text_args(query)
-            table_rows = await self._table_rows.get(conn, self._qualified) if counted else 0.0
+            counts = counted.rows
+            table_rows = await self._table_rows.get(conn, self._qualified) if counts else 0.0
             big = {
                 i
                 for i, n in enumerate(names)
-                if n in counted and plan.choose(counted[n], table_rows, limit) != plan.EXACT
+                if n in counts and plan.choose(counts[n], table_rows, limit) != plan.EXACT
             }
             out: list[Any] = []
             rest = [n for i, n in enumerate(names) if i not in big]
@@ -827,10 +833,11 @@ class PgMemory(BatchFirstStore):
                     conn,
                     layout,
                     table=self._qualified,
-                    rows=counted[n],
+                    rows=counts[n],
                     limit=limit,
                     exact=("SEARCH_HYBRID", (tenant, [n], limit, q, *text, substring_only)),
                     indexed=("SEARCH_INDEXED", (*args, *plan.index_args(limit))),
+                    own=n in counted.graphs,
                 )
                 out.extend({**dict(r), "idx": i + 1} for r in got)
             return out
@@ -869,14 +876,14 @@ class PgMemory(BatchFirstStore):
         """One ranking over the rows of ``names``, on the path their total rows take."""
 
         async def ranked(
-            conn: Any, layout: Layout, q: Vectors | None, counted: dict[str, int]
+            conn: Any, layout: Layout, q: Vectors | None, counted: Counted
         ) -> list[Any]:
             args = (tenant, names, limit, q, *self._text_args(query))
             return await self._planned(
                 conn,
                 layout,
                 table=self._qualified,
-                rows=sum(counted.values()) if counted else None,
+                rows=sum(counted.rows.values()) if counted.rows else None,
                 limit=limit,
                 exact=("SEARCH_ACROSS_HYBRID", args),
                 indexed=("SEARCH_ACROSS_INDEXED", (*args, *plan.index_args(limit))),
@@ -933,6 +940,19 @@ class Counting:
     pin: str
     names: list[str]
     limit: int
+
+
+@dataclass(frozen=True)
+class Counted:
+    """What a hybrid search's first statement read of its namespaces: their counted
+    rows (a namespace never counted is absent) and those with a graph of their own
+    over the slot recall reads (:mod:`~tulip_memory.store.postgres.graphs`)."""
+
+    rows: Mapping[str, int]
+    graphs: frozenset[str]
+
+
+NOT_COUNTED = Counted({}, frozenset())
 
 
 @dataclass(frozen=True)
