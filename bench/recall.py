@@ -21,8 +21,16 @@ of the namespace's rows measure:
 and the same for ``search_turns`` (``Reader.recall_turns``) on the turns table.
 
 Usage: python -m bench.recall [--full] [--rows 100000] [--namespaces 1000]
-    [--largest 50000] [--turns 50000] [--queries 40] [--admin-dsn DSN] [--reuse]
-    [--turn-texts '../shared/data/locomo10/*.json'] [--nearest]
+    [--largest 50000] [--turns 50000] [--queries 40] [--warm 0] [--admin-dsn DSN] [--reuse]
+    [--turn-texts '../shared/data/locomo10/*.json'] [--nearest] [--graphs N]
+
+After the load (and on ``--reuse``) the big namespaces get graphs of their own, as the
+operator's ``tulip-memory graphs`` leaves them (:mod:`tulip_memory.reindex.graphs`);
+``--graphs 0`` drops them, so the table's graph alone is measured. ``--warm N`` runs N
+other queries a class, untimed, between the exact pass and the timed queries, for
+both stores: the exact pass reads every row of each namespace through the buffers
+and evicts pages a server in use keeps, and without it the first timed queries pay
+for that.
 
 ``--nearest`` also times the index path's two ways to a namespace's nearest rows (the
 HNSW graph, the scan of the namespace's own rows) on namespaces of every size, beside
@@ -69,6 +77,8 @@ from pgvector import Vector
 
 from bench._services import open_services
 from tulip_memory.embeddings.hashing import HashingEmbedder
+from tulip_memory.reindex import graphs
+from tulip_memory.reindex.graphs import Graphs
 from tulip_memory.store import PgMemory
 from tulip_memory.store.postgres import plan, slots, sql
 from tulip_memory.store.postgres.render import render
@@ -339,7 +349,7 @@ class Row:
 
 
 async def measure_memories(
-    app_dsn: str, peer_store: Any, queries: list[Query], emb: HashingEmbedder
+    app_dsn: str, peer_store: Any, queries: list[Query], emb: HashingEmbedder, warm: list[Query]
 ) -> dict[str, Row]:
     auto = PgMemory(app_dsn, table=TABLE, embedder=emb, encoding_cache=0)
     exact = PgMemory(app_dsn, table=TABLE, embedder=emb, encoding_cache=0, recall_plan="exact")
@@ -348,6 +358,10 @@ async def measure_memories(
     rows: dict[str, Row] = {}
     try:
         wanted = [await _keys(exact.search(q.namespace, q.text, limit=LIMIT)) for q in queries]
+        for q in warm:
+            await auto.search(q.namespace, q.text, limit=LIMIT)
+            if peer_store is not None:
+                await _peer_search(peer_store, q)
         for q, want in zip(queries, wanted, strict=True):
             row = rows.setdefault(size_class(q.rows), Row())
             before = auto.plans.copy()
@@ -365,7 +379,9 @@ async def measure_memories(
     return rows
 
 
-async def measure_turns(app_dsn: str, queries: list[Query], emb: HashingEmbedder) -> dict[str, Row]:
+async def measure_turns(
+    app_dsn: str, queries: list[Query], emb: HashingEmbedder, warm: list[Query]
+) -> dict[str, Row]:
     auto = PgMemory(app_dsn, table=TABLE, embedder=emb, encoding_cache=0)
     exact = PgMemory(app_dsn, table=TABLE, embedder=emb, encoding_cache=0, recall_plan="exact")
     rows: dict[str, Row] = {}
@@ -379,6 +395,8 @@ async def measure_turns(app_dsn: str, queries: list[Query], emb: HashingEmbedder
     await exact.search_turns(queries[0].namespace, "warm", top_k=1)
     try:
         wanted = [await turn_keys(exact, q) for q in queries]
+        for q in warm:
+            await turn_keys(auto, q)
         for q, want in zip(queries, wanted, strict=True):
             row = rows.setdefault(size_class(q.rows), Row())
             before = auto.plans.copy()
@@ -411,7 +429,9 @@ async def _peer_search(store: Any, q: Query) -> list[str]:
 
 
 # The index path's nearest rows alone, each way (``sql.nearest``), as the app role.
-_NEAR = "SELECT 1 FROM {t} WHERE tenant = $1 AND ns = $2 AND $3::int > 0 ORDER BY {n} LIMIT $3"
+_NEAR = "SELECT 1 FROM {t} WHERE tenant = $1 AND ns = $2 AND $3::int > 0{g} ORDER BY {n} LIMIT $3"
+_HAS_GRAPH = f"""SELECT EXISTS (SELECT 1 FROM public.{TABLE}_graphs
+    WHERE kind = $1 AND tenant = $2 AND ns = $3 AND ready)"""
 
 
 async def measure_nearest(
@@ -419,8 +439,9 @@ async def measure_nearest(
 ) -> None:
     """For the namespaces of at least ``plan.INDEX_MIN_ROWS`` rows (up to two a
     doubling of size): the median time of the index path's ``per`` nearest-row reads
-    from the HNSW graph and from the scope's scan, and the way ``plan.choose`` takes,
-    so that its constants can be checked against this host and these rows."""
+    from the table's HNSW graph, from the namespace's own graph (where it has one) and
+    from the scope's scan, and the way ``plan.choose`` takes, so that its constants can
+    be checked against this host and these rows."""
     import asyncpg
     from pgvector.asyncpg import register_vector
 
@@ -433,17 +454,23 @@ async def measure_nearest(
             picked[n.bit_length()].append(ns)
     candidates, _ = plan.index_args(LIMIT)
     print(f"\nthe nearest {candidates} rows of {table} ({table_rows:,.0f} rows), median ms")
-    print(f"{'rows':>8} {'share':>7} {'graph':>7} {'scan':>7}  chosen (faster)")
+    print(f"{'rows':>8} {'share':>7} {'graph':>7} {'own':>7} {'scan':>7}  chosen (faster)")
+    kind = "turns" if table.endswith("_turns") else "memories"
     try:
         near = render(_NEAR, t=f"public.{table}")
         statements = {
             way: slots.read_sql(sql.nearest(near, way), "embedding", emb.dimension)
-            for way in (plan.INDEX, plan.SCAN)
+            for way in (plan.INDEX, plan.OWN, plan.SCAN)
         }
         for ns in [ns for group in picked.values() for ns in group]:
             vectors = emb.embed([text for _, text in corpus.samples[ns][:per]])
+            async with conn.transaction():
+                await conn.execute(sql.PIN_TENANT, ns[0])
+                own = await conn.fetchval(_HAS_GRAPH, kind, ns[0], NS_SEP.join(ns))
             times = {}
             for way, statement in statements.items():
+                if way == plan.OWN and not own:
+                    continue
                 spent = []
                 for vector in vectors:
                     async with conn.transaction():
@@ -456,11 +483,12 @@ async def measure_nearest(
                         spent.append((time.perf_counter() - started) * 1000)
                 times[way] = float(np.median(spent))
             n = corpus.sizes[ns]
-            chosen = plan.choose(n, table_rows, LIMIT)
+            chosen = plan.choose(n, table_rows, LIMIT, own=own)
             faster = min(times, key=times.__getitem__)
+            mine = f"{times[plan.OWN]:7.2f}" if own else f"{'-':>7}"
             print(
-                f"{n:8,} {n / table_rows:7.2%} {times[plan.INDEX]:7.2f} {times[plan.SCAN]:7.2f}"
-                f"  {chosen} ({faster})"
+                f"{n:8,} {n / table_rows:7.2%} {times[plan.INDEX]:7.2f} {mine}"
+                f" {times[plan.SCAN]:7.2f}  {chosen} ({faster})"
             )
     finally:
         await conn.close()
@@ -512,6 +540,22 @@ def peer_store(admin_dsn: str, emb: HashingEmbedder) -> Iterator[Any]:
         yield store
 
 
+async def own_graphs(app_dsn: str, admin_dsn: str, emb: HashingEmbedder, most: int) -> None:
+    """The big namespaces' own graphs, as the operator's ``tulip-memory graphs`` leaves
+    them (``--graphs 0`` drops them: the table's graph alone)."""
+    store = PgMemory(app_dsn, table=TABLE, embedder=emb)
+    started = time.perf_counter()
+    try:
+        done = await Graphs(store, admin_dsn, most=most).refresh()
+    finally:
+        await store.close()
+    print(
+        f"  namespace graphs: {len(done.built)} built, {len(done.dropped)} dropped,"
+        f" {len(done.kept)} kept in {time.perf_counter() - started:.1f}s",
+        flush=True,
+    )
+
+
 async def run(args: argparse.Namespace) -> None:
     emb = HashingEmbedder(args.dim)
     with contextlib.ExitStack() as stack:
@@ -524,12 +568,20 @@ async def run(args: argparse.Namespace) -> None:
         print(f"loading {args.rows:,} memories and {args.turns:,}+ turns ...", flush=True)
         memories, turns = await load(services.admin_dsn, args, emb, lg is not None)
         print(f"  loaded in {time.perf_counter() - started:.1f}s", flush=True)
-        rng = random.Random(2)
+        await own_graphs(services.app_dsn, services.admin_dsn, emb, args.graphs)
+        rng, other = random.Random(2), random.Random(3)
         mem_rows = await measure_memories(
-            services.app_dsn, lg, pick_queries(memories, args.queries, rng), emb
+            services.app_dsn,
+            lg,
+            pick_queries(memories, args.queries, rng),
+            emb,
+            pick_queries(memories, args.warm, other),
         )
         turn_rows = await measure_turns(
-            services.app_dsn, pick_queries(turns, args.queries, rng), emb
+            services.app_dsn,
+            pick_queries(turns, args.queries, rng),
+            emb,
+            pick_queries(turns, args.warm, other),
         )
         if args.nearest:
             for table, corpus in ((TABLE, memories), (f"{TABLE}_turns", turns)):
@@ -540,7 +592,8 @@ async def run(args: argparse.Namespace) -> None:
         f"\n{sum(memories.sizes.values()):,} memories over {len(memories.sizes):,} namespaces"
         f" (Zipf, largest "
         f"{largest:,}), {args.dim}-d hashing vectors, limit {LIMIT}; index path from "
-        f"{plan.INDEX_MIN_ROWS:,} rows; {os.cpu_count()} cores, load average {loadavg} at the end"
+        f"{plan.INDEX_MIN_ROWS:,} rows; {args.queries} timed queries a class after"
+        f" {args.warm} others untimed; {os.cpu_count()} cores, load average {loadavg} at the end"
     )
     report("PgMemory.search vs LangGraph PostgresStore.search (ms)", mem_rows, lg is not None)
     report(
@@ -562,6 +615,15 @@ def main() -> None:
     parser.add_argument("--turns", type=int, help="the big turns namespace (50,000; full 200,000)")
     parser.add_argument("--reuse", action="store_true", help="measure the rows --admin-dsn holds")
     parser.add_argument("--queries", type=int, default=40, help="per size class")
+    parser.add_argument(
+        "--warm",
+        type=int,
+        default=0,
+        metavar="N",
+        help="untimed queries per size class, other than the timed ones, run after the exact"
+        " pass and before the timed ones (both stores): a server in use, its buffers"
+        " holding what its namespaces' searches read (default 0)",
+    )
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--no-peer", action="store_true", help="skip LangGraph's store")
     parser.add_argument(
@@ -571,6 +633,13 @@ def main() -> None:
         " scope's scan, per namespace (plan.choose's constants)",
     )
     parser.add_argument("--admin-dsn", help="an existing Postgres with pgvector (superuser)")
+    parser.add_argument(
+        "--graphs",
+        type=int,
+        default=graphs.MOST,
+        metavar="N",
+        help=f"namespaces per table with a graph of their own (default {graphs.MOST}; 0: none)",
+    )
     parser.add_argument(
         "--turn-texts",
         metavar="GLOB",
