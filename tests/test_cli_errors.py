@@ -78,7 +78,7 @@ def test_every_option_has_plain_help() -> None:
         (["dlq", "list"], {}, "TULIP_DATABASE_ADMIN_URL"),
         (["provision"], {}, "TULIP_DATABASE_ADMIN_URL"),
         (["graphs"], {}, "TULIP_DATABASE_ADMIN_URL"),
-        (["graphs", "--most", "-1"], {"TULIP_DATABASE_ADMIN_URL": "postgresql://x"}, "--most >= 0"),
+        (["graphs", "--most", "-1"], {"TULIP_DATABASE_ADMIN_URL": "postgresql://x"}, "--most"),
         (["graphs"], {"TULIP_DATABASE_ADMIN_URL": "postgresql://x"}, "TULIP_DATABASE_URL"),
         (["nonsense"], {}, "invalid choice: 'nonsense'"),
     ],

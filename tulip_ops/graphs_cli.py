@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tulip_memory.errors import TulipMemoryError
-from tulip_memory.reindex.graphs import MIN_ROWS, MOST, Graphs, Refreshed
+from tulip_memory.reindex.graphs import MIN_ROWS, MOST, PER_TENANT, Graphs, Refreshed
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -44,6 +44,12 @@ def add_parser(sub: Any) -> None:
         help=f"rows from which a namespace gets one (default {MIN_ROWS:,})",
     )
     p.add_argument(
+        "--per-tenant",
+        type=int,
+        default=PER_TENANT,
+        help=f"namespaces of one tenant per table with one (default {PER_TENANT})",
+    )
+    p.add_argument(
         "--every", type=float, metavar="SECONDS", help="run again every SECONDS, until stopped"
     )
     p.add_argument(
@@ -61,12 +67,12 @@ def run(args: argparse.Namespace) -> int:
     if not admin:
         print("error: set TULIP_DATABASE_ADMIN_URL (the administrator DSN)", file=sys.stderr)
         return EXIT_USAGE
-    if args.most < 0 or args.min_rows < 1 or (args.every is not None and args.every <= 0):
-        print("error: --most >= 0, --min-rows >= 1 and --every > 0", file=sys.stderr)
+    if min(args.most, args.per_tenant) < 0 or args.min_rows < 1 or (args.every or 1) <= 0:
+        print("error: --most, --per-tenant >= 0, --min-rows >= 1, --every > 0", file=sys.stderr)
         return EXIT_USAGE
     while True:
         try:
-            done = asyncio.run(_refresh(admin, args.most, args.min_rows))
+            done = asyncio.run(_refresh(admin, args))
         except (TulipMemoryError, PermissionError, OSError) as e:
             print(f"error: {e}", file=sys.stderr)
             if args.every is None:
@@ -80,12 +86,13 @@ def run(args: argparse.Namespace) -> int:
         time.sleep(args.every)
 
 
-async def _refresh(admin: str, most: int, min_rows: int) -> Refreshed:
+async def _refresh(admin: str, args: argparse.Namespace) -> Refreshed:
     from tulip_memory.config import store_from_env
 
     store = store_from_env()
+    caps = {"most": args.most, "min_rows": args.min_rows, "per_tenant": args.per_tenant}
     try:
-        return await Graphs(store, admin, most=most, min_rows=min_rows).refresh()
+        return await Graphs(store, admin, **caps).refresh()
     finally:
         await store.close()
 

@@ -16,7 +16,8 @@ no table rewritten.
 Which namespaces (:meth:`Graphs.refresh`): those of at least :data:`MIN_ROWS`
 counted rows that are at most :data:`MAX_SHARE` of their table's rows (above it the
 table's graph is nearly theirs already), the biggest :data:`MOST` of the memories and
-of the turns, one graph for each slot their tenant's layout writes whose table graph
+of the turns (:data:`PER_TENANT` of a tenant's at most), one graph for each slot their
+tenant's layout writes whose table graph
 exists (so a reindex's new slot gets them once its index phase built the table's,
 before recall switches to it). A namespace keeps its graph down to half
 :data:`MIN_ROWS`, so one at the edge is not built and dropped over and over.
@@ -45,8 +46,10 @@ their rows: ``bench/recall.py --full``'s ten graphs (293,000 of a million rows) 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
+from typing import Any
 
 from tulip_memory.reindex import sql
 from tulip_memory.store.postgres import PgMemory
@@ -63,6 +66,10 @@ MIN_ROWS = 10_000
 MAX_SHARE = 0.5
 #: The most namespaces of a table (the memories, the turns) with graphs of their own.
 MOST = 32
+#: The most namespaces of one tenant, in a table, with graphs of their own: half the
+#: table's, so that a tenant writing many big namespaces leaves the other half to the
+#: others (a tenant may hold many big ones legitimately: an organisation's users).
+PER_TENANT = MOST // 2
 KINDS = ("memories", "turns")
 
 
@@ -120,14 +127,17 @@ class Graphs:
         most: int = MOST,
         min_rows: int = MIN_ROWS,
         max_share: float = MAX_SHARE,
+        per_tenant: int = PER_TENANT,
     ) -> None:
-        if not isinstance(most, int) or most < 0:
-            raise ValueError(f"most must be an integer >= 0, got {most!r}")
+        for name, value in (("most", most), ("per_tenant", per_tenant)):
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         if not isinstance(min_rows, int) or min_rows < 1:
             raise ValueError(f"min_rows must be an integer >= 1, got {min_rows!r}")
         self.store = store
         self._dsn = admin_dsn
         self.most, self.min_rows, self.max_share = most, min_rows, max_share
+        self.per_tenant = per_tenant
 
     def q(self, stmt: str, **names: str) -> str:
         return render(stmt, t=self.store.table, p=self.store.table_name, **names)
@@ -186,14 +196,8 @@ class Graphs:
             graphed = {(g.kind, g.tenant, g.ns) for g in registered}
             tables: dict[tuple[str, str], str | None] = {}
             wanted: dict[Graph, Want] = {}
-            taken = dict.fromkeys(KINDS, 0)
-            for r in candidates:
+            for r in self.select(candidates, graphed):
                 kind, tenant, ns, rows = r["kind"], r["tenant"], r["ns"], int(r["rows"])
-                if r["share"] > self.max_share or taken[kind] >= self.most:
-                    continue
-                if rows < self.min_rows and (kind, tenant, ns) not in graphed:
-                    continue
-                taken[kind] += 1
                 for slot in _slots(r["slots"], dims):
                     if (kind, slot) not in tables:
                         name = self._qualified(slot_index(self._table(kind), slot))
@@ -206,6 +210,31 @@ class Graphs:
             return wanted, registered, dims
         finally:
             await conn.close()
+
+    def select(
+        self, candidates: Sequence[Mapping[str, Any]], graphed: Set[tuple[str, str, str]]
+    ) -> list[Mapping[str, Any]]:
+        """The namespaces of ``candidates`` (biggest first: ``kind``, ``tenant``,
+        ``ns``, ``rows``, ``share``) that get graphs: at most :attr:`max_share` of
+        their table, at least :attr:`min_rows` rows (half as many for those in
+        ``graphed``, which have one), the biggest :attr:`most` of each table, and at
+        most :attr:`per_tenant` of one tenant's in each: a tenant that writes many big
+        namespaces cannot take every graph of its table from the others."""
+        taken: Counter[str] = Counter()
+        mine: Counter[tuple[str, str]] = Counter()
+        out = []
+        for r in candidates:
+            kind, tenant = r["kind"], r["tenant"]
+            if r["share"] > self.max_share or taken[kind] >= self.most:
+                continue
+            if mine[kind, tenant] >= self.per_tenant:
+                continue
+            if r["rows"] < self.min_rows and (kind, tenant, r["ns"]) not in graphed:
+                continue
+            taken[kind] += 1
+            mine[kind, tenant] += 1
+            out.append(r)
+        return out
 
     async def _build(self, graph: Graph, want: Want, dim: int) -> None:
         """Claim ``graph``'s row, build its index (again, if a crash left it invalid)
