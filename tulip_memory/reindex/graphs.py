@@ -32,7 +32,11 @@ namespace (``sql.GRAPH_KEY``), so no tenant's or namespace's name is written int
 the catalog every role reads, and the key is computed by the server and pasted as an
 integer. Recall never depends on the registry being right: a graph that is gone or
 not built leaves the iterative scan short, or the planner reads the table's graph,
-and the scope's scan answers (``plan.ways``).
+and the scope's scan answers (``plan.ways``). Nor on the key being unique: the hash
+is not a cryptographic one, so another tenant could craft a namespace whose rows land
+in a graph too; the search's own condition (tenant and namespace, and row-level
+security) drops them, and a scan they leave short falls back to the scope's own rows,
+so such rows can slow a search down to the scan it would take without a graph, no more.
 
 What it costs. A write to such a namespace inserts into two graphs (a reindex's batch
 too, whose update of a row is a new row version for every index); every insert into
