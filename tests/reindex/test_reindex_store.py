@@ -19,7 +19,8 @@ from tests.support.pg import app_store
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.errors import EmbeddingError
-from tulip_memory.reindex import ReindexConflict, Reindexer, ReindexError
+from tulip_memory.reindex import ReindexConflict, Reindexer, ReindexError, graphs
+from tulip_memory.reindex.graphs import Graphs
 from tulip_memory.reindex.phases import PHASES
 from tulip_memory.reindex.reindexer import BUILD_MEMORY_MB, build_resources
 from tulip_memory.store import PgMemory
@@ -369,6 +370,38 @@ async def test_the_old_slots_index_stays_where_recall_reads_it(table: Table) -> 
     await reindexer.finalize()
     assert await table.hnsw() == {job.slot}
     await store.close()
+
+
+async def test_a_big_namespaces_own_graph_follows_the_reindex(table: Table) -> None:
+    """A namespace with a graph of its own gets one over the new slot in the job's
+    index phase, before recall switches to it, and loses the old slot's at finalize."""
+    store = table.store()
+    big, rows = ("acme", "big"), graphs.MIN_ROWS
+    await store.put_batch([(big, f"b{i:05d}", f"note {i} on {i % 11}", None) for i in range(rows)])
+    for part in ("a", "b"):  # so that the big namespace is under half of its table
+        await store.put_batch(
+            [(("acme", part), f"k{i:05d}", f"other {i}", None) for i in range(rows // 2 + 1)]
+        )
+    first = await Graphs(store, table.admin_dsn).refresh()
+    assert [(g.ns, g.slot) for g in first.built] == [("acme\x1fbig", "embedding")]
+    reindexer, sent = keeping(table, store)
+    job = await reindexer.start(NEW, batch=5_000)
+    for batch in sent:
+        await reindexer.run_batch(*batch)
+    assert (await reindexer.job(job.id)).status == "switched"  # type: ignore[union-attr]
+    assert await _registered(table) == [("embedding", True), (job.slot, True)]
+    assert len(await store.search(big, "note 7 on 7")) == 10
+    assert store.plans == {plan.OWN: 1}
+    await reindexer.finalize()
+    assert await _registered(table) == [(job.slot, True)]
+    assert len(await store.search(big, "note 7 on 7")) == 10
+    assert store.plans == {plan.OWN: 2}
+    await store.close()
+
+
+async def _registered(table: Table) -> list[tuple[str, bool]]:
+    rows = await table.admin(f"SELECT slot, ready FROM {table.name}_graphs ORDER BY id")
+    return [(r["slot"], r["ready"]) for r in rows]
 
 
 def test_an_index_build_gets_the_memory_its_graph_needs() -> None:
