@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,10 @@ async def test_graphs_builds_and_drops_a_namespaces_own_graph(
     assert again.stdout.strip() == "namespace graphs: 0 built, 0 dropped, 1 kept", again.stderr
     dropped = run("graphs", "--most", "0", **env)
     assert dropped.stdout.splitlines()[-1] == "namespace graphs: 0 built, 1 dropped, 0 kept"
+    # Two at once: one builds, the other waits for it and finds the graph there.
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(lambda _: run("graphs", "--min-rows", "10", **env), range(2)))
+    assert sorted(d.stdout.splitlines()[-1] for d in both) == [
+        "namespace graphs: 0 built, 0 dropped, 1 kept",
+        "namespace graphs: 1 built, 0 dropped, 0 kept",
+    ], [d.stderr for d in both]

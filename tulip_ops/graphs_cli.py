@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import asyncpg
+
 from tulip_memory.errors import TulipMemoryError
 from tulip_memory.reindex.graphs import MIN_ROWS, MOST, PER_TENANT, Graphs, Refreshed
 
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     while True:
         try:
             done = asyncio.run(_refresh(admin, args))
-        except (TulipMemoryError, PermissionError, OSError) as e:
+        except (TulipMemoryError, PermissionError, OSError, asyncpg.PostgresError) as e:
             print(f"error: {e}", file=sys.stderr)
             if args.every is None:
                 return EXIT_FAILED

@@ -49,6 +49,7 @@ their rows: ``bench/recall.py --full``'s ten graphs (293,000 of a million rows) 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence, Set
@@ -75,6 +76,8 @@ MOST = 32
 #: others (a tenant may hold many big ones legitimately: an organisation's users).
 PER_TENANT = MOST // 2
 KINDS = ("memories", "turns")
+#: Seconds between tries of a refresh for the lock another one holds.
+LOCK_POLL = 1.0
 
 
 @dataclass(frozen=True, order=True)
@@ -154,7 +157,23 @@ class Graphs:
         return f"{self.store.table.rsplit('.', 1)[0]}.{name}"
 
     async def refresh(self) -> Refreshed:
-        """Build the graphs the namespaces need and drop the ones they no longer do."""
+        """Build the graphs the namespaces need and drop the ones they no longer do,
+        one refresh of a table at a time (a second waits for the first, then finds
+        its work done)."""
+        import asyncpg
+
+        lock = await asyncpg.connect(self._dsn)
+        try:
+            # Polled, not waited for in a statement: a statement waiting holds a snapshot,
+            # and the holder's CREATE INDEX CONCURRENTLY waits for every such snapshot.
+            while True:
+                if await lock.fetchval(self.q(sql.GRAPHS_LOCK)):
+                    return await self._refresh()
+                await asyncio.sleep(LOCK_POLL)
+        finally:
+            await lock.close()  # the session's advisory lock goes with it
+
+    async def _refresh(self) -> Refreshed:
         wanted, registered, dims = await self._survey()
         done = Refreshed()
         for graph in sorted(set(registered) - set(wanted)):

@@ -312,3 +312,6 @@ ANALYZE_GRAPHED_TURNS = "ANALYZE {t}_turns"
 INDEX_OPTIONS = """
 SELECT i.indisvalid, c.reloptions FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 WHERE i.indexrelid = to_regclass($1)"""
+
+# Held by a graphs refresh for its session: refreshes of a table run one at a time.
+GRAPHS_LOCK = "SELECT pg_try_advisory_lock(hashtext('{t}/graphs'))"
