@@ -162,33 +162,37 @@ class Graphs:
         """Build the graphs the namespaces need and drop the ones they no longer do,
         one refresh of a table at a time (a second waits for the first, then finds
         its work done)."""
-        import asyncpg
+        from tulip_memory.store.postgres.admin import as_owner
 
-        lock = await asyncpg.connect(self._dsn)
-        try:
-            # Polled, not waited for in a statement: a statement waiting holds a snapshot,
-            # and the holder's CREATE INDEX CONCURRENTLY waits for every such snapshot.
+        # One owner's session for the whole refresh: its advisory lock (released when
+        # the session closes) and every build and drop. Polled, not waited for in a
+        # statement: a statement waiting holds a snapshot, and the holder's CREATE
+        # INDEX CONCURRENTLY waits for every such snapshot.
+        async with as_owner(self._dsn) as owner:
             while True:
-                if await lock.fetchval(self.q(sql.GRAPHS_LOCK)):
-                    return await self._refresh()
+                if await owner.fetchval(self.q(sql.GRAPHS_LOCK)):
+                    return await self._refresh(owner)
                 await asyncio.sleep(LOCK_POLL)
-        finally:
-            await lock.close()  # the session's advisory lock goes with it
 
-    async def _refresh(self) -> Refreshed:
+    async def _refresh(self, owner: Any) -> Refreshed:
         wanted, registered, dims = await self._survey()
         done = Refreshed()
         for graph in sorted(set(registered) - set(wanted)):
-            await self._drop(registered[graph].id)
+            await self._drop(owner, registered[graph].id)
             done.dropped.append(graph)
         for graph, want in sorted(wanted.items()):
             known = registered.get(graph)
             if known is not None and known.built:
                 done.kept.append(graph)
                 continue
-            await self._build(graph, want, dims[graph.slot])
+            await self._build(owner, graph, want, dims[graph.slot])
             done.built.append(graph)
-        await self._analyze({g.kind for g in done.built})
+        for kind in sorted({g.kind for g in done.built}):
+            # The planner reads a graph only once its statistics show that the graph's
+            # key keeps every row of the namespace (migration 22's, which autovacuum
+            # may not fill for long on a big table that changes little).
+            analyze = sql.ANALYZE_GRAPHED_TURNS if kind == "turns" else sql.ANALYZE_GRAPHED
+            await owner.execute(self.q(analyze))
         for graph in done.built:
             log.info("namespace graph built: %s", graph)
         for graph in done.dropped:
@@ -261,54 +265,36 @@ class Graphs:
             out.append(r)
         return out
 
-    async def _build(self, graph: Graph, want: Want, dim: int) -> None:
+    async def _build(self, conn: Any, graph: Graph, want: Want, dim: int) -> None:
         """Claim ``graph``'s row, build its index (again, if a crash left it invalid)
-        and mark it ready."""
+        and mark it ready, on the owner's ``conn``."""
         from tulip_memory.reindex.reindexer import build_resources
-        from tulip_memory.store.postgres.admin import as_owner
 
-        async with as_owner(self._dsn) as conn:
-            gid = await conn.fetchval(
-                self.q(sql.CLAIM_GRAPH), graph.kind, graph.tenant, graph.ns, graph.slot, want.rows
-            )
-            name = self._index(int(gid))
-            if await conn.fetchval(self.q(sql.INDEX_VALID), self._qualified(name)) is False:
-                await conn.execute(self.q(sql.DROP_GRAPH, i=self._qualified(name)))
-            key = int(await conn.fetchval(store_sql.GRAPH_KEY_OF, graph.tenant, graph.ns))
-            size = await conn.fetchrow(self.q(sql.BUILD_SIZE), self.store.table)
-            memory, workers = build_resources(
-                float(want.rows), dim, int(size["workers"]), int(size["maintenance_workers"])
-            )
-            await conn.execute(self.q(sql.BUILD_SETTINGS), f"{memory}MB", str(workers))
-            create = sql.CREATE_TURNS_GRAPH if graph.kind == "turns" else sql.CREATE_GRAPH
-            using = ann_using(graph.slot, dim) + want.options
-            await conn.execute(
-                self.q(create, i=name, using=using, key=store_sql.GRAPH_KEY, value=str(key))
-            )
-            await conn.execute(self.q(sql.GRAPH_READY), gid)
+        gid = await conn.fetchval(
+            self.q(sql.CLAIM_GRAPH), graph.kind, graph.tenant, graph.ns, graph.slot, want.rows
+        )
+        name = self._index(int(gid))
+        if await conn.fetchval(self.q(sql.INDEX_VALID), self._qualified(name)) is False:
+            await conn.execute(self.q(sql.DROP_GRAPH, i=self._qualified(name)))
+        key = int(await conn.fetchval(store_sql.GRAPH_KEY_OF, graph.tenant, graph.ns))
+        size = await conn.fetchrow(self.q(sql.BUILD_SIZE), self.store.table)
+        memory, workers = build_resources(
+            float(want.rows), dim, int(size["workers"]), int(size["maintenance_workers"])
+        )
+        await conn.execute(self.q(sql.BUILD_SETTINGS), f"{memory}MB", str(workers))
+        create = sql.CREATE_TURNS_GRAPH if graph.kind == "turns" else sql.CREATE_GRAPH
+        using = ann_using(graph.slot, dim) + want.options
+        await conn.execute(
+            self.q(create, i=name, using=using, key=store_sql.GRAPH_KEY, value=str(key))
+        )
+        await conn.execute(self.q(sql.GRAPH_READY), gid)
 
-    async def _analyze(self, kinds: set[str]) -> None:
-        """The planner's statistics of the tables that got graphs: it reads a graph
-        only once it knows the graph's key keeps every row of the namespace
-        (migration 22's statistics, which autovacuum may not fill for long on a big
-        table that changes little)."""
-        from tulip_memory.store.postgres.admin import as_owner
-
-        if not kinds:
-            return
-        async with as_owner(self._dsn) as conn:
-            for kind in sorted(kinds):
-                analyze = sql.ANALYZE_GRAPHED_TURNS if kind == "turns" else sql.ANALYZE_GRAPHED
-                await conn.execute(self.q(analyze))
-
-    async def _drop(self, gid: int) -> None:
-        """Retire graph ``gid`` (recall stops choosing it), drop its index, forget it."""
-        from tulip_memory.store.postgres.admin import as_owner
-
-        async with as_owner(self._dsn) as conn:
-            await conn.execute(self.q(sql.GRAPH_RETIRED), gid)
-            await conn.execute(self.q(sql.DROP_GRAPH, i=self._qualified(self._index(gid))))
-            await conn.execute(self.q(sql.FORGET_GRAPH), gid)
+    async def _drop(self, conn: Any, gid: int) -> None:
+        """Retire graph ``gid`` (recall stops choosing it), drop its index, forget it,
+        on the owner's ``conn``."""
+        await conn.execute(self.q(sql.GRAPH_RETIRED), gid)
+        await conn.execute(self.q(sql.DROP_GRAPH, i=self._qualified(self._index(gid))))
+        await conn.execute(self.q(sql.FORGET_GRAPH), gid)
 
     def _index(self, gid: int) -> str:
         """The bare name of graph ``gid``'s index."""

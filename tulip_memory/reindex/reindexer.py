@@ -327,21 +327,21 @@ class Reindexer:
     @phase("index")
     async def _index(self, job: ReindexJob) -> None:
         """The new slot's HNSW index, built once the batches filled the column: one
-        bulk build instead of a graph insert per row."""
+        bulk build instead of a graph insert per row; then its big namespaces' own
+        graphs, before recall switches to it."""
         await self._index_slot(job.slot, job.dim)
+        await self._refresh_graphs()
 
     async def _index_slot(self, slot: str, dim: int) -> None:
         """A slot's HNSW indexes over the memories and the turns (the recall plan's
         index path reads both), each built concurrently (writes go on meanwhile) with
         the memory its graph needs; an invalid one left by a crash is dropped and
-        built again. Then the big namespaces' own graphs over it, and no more over a
-        slot no layout writes (:mod:`~tulip_memory.reindex.graphs`)."""
+        built again."""
         if dim > PGVECTOR_ANN_MAX_DIM:
             return
         name = self.store.table_name
         await self._build_index(sql.CREATE_INDEX, name, slot, dim)
         await self._build_index(sql.CREATE_TURNS_INDEX, f"{name}_turns", slot, dim)
-        await self._refresh_graphs()
 
     async def _refresh_graphs(self) -> None:
         """The namespaces' own graphs over the slots the layouts write: a reindex's new
@@ -368,12 +368,14 @@ class Reindexer:
             await conn.execute(self.q(create, i=name, using=ann_using(slot, dim)))
 
     async def _index_read_slots(self) -> None:
-        """Every slot recall reads has its index (after a finalize)."""
+        """Every slot recall reads has its index (after a finalize), and no namespace
+        graph is left over a slot no layout writes."""
         async with self._owner() as conn:
             read = await self._read_slots(conn, ALL_TENANTS)
             dims = {r["slot"]: r["dim"] for r in await conn.fetch(self.q(sql.SLOT_DIMS))}
         for slot in read:
             await self._index_slot(slot, dims[slot])
+        await self._refresh_graphs()
 
     @phase("plan")
     async def _plan(self, job: ReindexJob) -> None:

@@ -331,11 +331,8 @@ SELECT h.* FROM ({_SEARCH_TURNS}) h ORDER BY h._pos"""
 # full precision, a top-N sort keeping the nearest (written ``+ 0`` so that no index
 # can order them): exact and complete, and cheaper than the graph for a scope that is a
 # small share of its table (see ``plan.choose``).
-_NEAREST = {
-    _plan.INDEX: "{h} <=> $4::halfvec",
-    _plan.OWN: "{h} <=> $4::halfvec",
-    _plan.SCAN: "({v} <=> $4) + 0",
-}
+_HNSW_ORDER = "{h} <=> $4::halfvec"
+_NEAREST = {_plan.INDEX: _HNSW_ORDER, _plan.OWN: _HNSW_ORDER, _plan.SCAN: "({v} <=> $4) + 0"}
 
 # A namespace's own graph (``graphs``): a partial HNSW index over the rows whose
 # ``GRAPH_KEY`` is the namespace's, so it holds no other namespace's rows (but for a
@@ -343,9 +340,17 @@ _NEAREST = {
 # or namespace's name is written into the catalog, which every role reads. With the
 # parameters' values in the plan (``force_custom_plan``), ``OWN_GRAPH``'s right side
 # is a constant, so the planner proves the index's predicate from it and may read it.
-GRAPH_KEY = "hashtextextended(tenant || '/' || ns, 0)"
-GRAPH_KEY_OF = "SELECT hashtextextended($1 || '/' || $2, 0)"
-_OWN_GRAPH = f"\n      AND {GRAPH_KEY} = hashtextextended($1 || '/' || $2::text, 0)"
+# The key's one form, over columns (the index's predicate) or parameters (a statement's
+# side, folded to a constant): the planner matches the two by their expressions.
+
+
+def _graph_key(tenant: str, ns: str) -> str:
+    return f"hashtextextended({tenant} || '/' || {ns}, 0)"
+
+
+GRAPH_KEY = _graph_key("tenant", "ns")
+GRAPH_KEY_OF = f"SELECT {_graph_key('$1', '$2')}"
+_OWN_GRAPH = f"\n      AND {GRAPH_KEY} = {_graph_key('$1', '$2::text')}"
 
 
 def nearest(statement: str, chosen: str) -> str:
