@@ -63,7 +63,7 @@ from tulip_wire.events import (
     namespace_key,
     thread_key,
 )
-from tulip_wire.pending import PendingStates, entry_text
+from tulip_wire.pending import PendingStates, sealed
 from tulip_wire.published import PublishedEvents
 from tulip_wire.routing import ShardRouter, stable_hash
 from tulip_wire.shardlayout import MalformedLayout, Resharding, ShardLayout, layout_key
@@ -178,9 +178,9 @@ class _Publisher:
     def __init__(self, settings: ProducerSettings, claims: ClaimCheckStore) -> None:
         self._claims = claims
         self._last_claim: tuple[str, PayloadRef] | None = None
-        self._signer = signer_of(settings.signing_key)
+        self.signer = signer_of(settings.signing_key)
         # What an unnumbered encoding may weigh: its number (and signature) still to come.
-        room = SEQ_ROOM + (SIG_ROOM if self._signer is not None else 0)
+        room = SEQ_ROOM + (SIG_ROOM if self.signer is not None else 0)
         self._max_unnumbered = settings.max_event_bytes - room
         self._routers = routers(settings)
         self._redis = _redis_client(settings)
@@ -236,10 +236,10 @@ class _Publisher:
         seq, _, layout = pipe.execute()[:3]
         router = self._router(env.type, layout)  # Resharding: the caller spools it
         numbered = env.with_seq(int(seq))
-        if self._signer is None:
+        if self.signer is None:
             self.send(numbered, wire.numbered(int(seq)), router)
         else:
-            self.send(numbered, encode(self._signer.sign(numbered)), router)
+            self.send(numbered, encode(self.signer.sign(numbered)), router)
 
     def report_spool(self, producer: str, depth: int) -> None:
         """Tell ``tulip-memory metrics`` how many events this producer holds in its
@@ -607,13 +607,15 @@ class Producer:
                 body = json.dumps(
                     step.patch, ensure_ascii=False, allow_nan=False, separators=(",", ":")
                 )
-                entry = entry_text(checkpoint_id, known.checkpoint_id, digest, body)
+                base: str | None = known.checkpoint_id
             else:
                 env = events.checkpoint_saved(
                     tenant, thread_id, checkpoint_id, data, ts=now, exact=True
                 )
                 body = canonical(step.snapshot.raw).decode("utf-8", "surrogatepass")
-                entry = entry_text(checkpoint_id, None, digest, body)
+                base = None
+            signer = self._publisher.signer
+            entry = sealed(signer, tenant, thread_id, checkpoint_id, base, digest, body)
             text = encode(env)
             pending = _Pending(tenant, thread_id, entry)
             if self._spool:

@@ -30,6 +30,7 @@ from tulip_memory.turns import TurnHit
 from tulip_producer.settings import CONTEXT_LENGTH, ReaderSettings
 from tulip_wire.pending import PendingStates, pending_states, rebuild
 from tulip_wire.published import PublishedEvents, published_events
+from tulip_wire.signing import signer_of
 from tulip_wire.statedelta import DeltaError
 
 T = TypeVar("T")
@@ -90,7 +91,7 @@ class AsyncReader:
         return cls(
             settings.store.store(),
             checkpointer=get_checkpointer(url) if url else None,
-            pending=pending_states(redis_url),
+            pending=pending_states(redis_url, signer_of(settings.signing_key)),
             published=published_events(redis_url),
             context_length=settings.context_length,
         )

@@ -124,15 +124,19 @@ class ReaderSettings:
 
     ``checkpoint_url`` empty: no thread state; ``redis_url`` (``TULIP_REDIS_URL``, else a
     Redis ``TULIP_BROKER_URL``) empty: no pending overlay or published-event markers.
+    ``signing_key`` (``TULIP_EVENT_SIGNING_KEY``, as the producers'): the pending overlay
+    serves only entries signed with it.
     """
 
     store: StoreSettings = field(default_factory=StoreSettings)
     checkpoint_url: str = ""
     redis_url: str = field(default="", repr=False)
     context_length: int = CONTEXT_LENGTH.default
+    signing_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         _check_positive("context_length", self.context_length)
+        signer_of(self.signing_key)  # a key too short fails here, naming the variable
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ReaderSettings:
@@ -142,6 +146,7 @@ class ReaderSettings:
             checkpoint_url=CHECKPOINT_URL.read(env),
             redis_url=wire.redis_url(env) or "",
             context_length=CONTEXT_LENGTH.read(env),
+            signing_key=wire.EVENT_SIGNING_KEY.read(env),
         )
 
 

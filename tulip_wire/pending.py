@@ -18,27 +18,44 @@ Keys are per (tenant, thread id): ``tulip:pending-log:<tenant>\\x1f<thread id>``
 the same thread id in two tenants is two lists.
 
 Entry layout: ``<checkpoint id: 32 hex><base: 32 hex, or 32 "-" for a whole state>
-<digest: 16 hex>`` ``\\n`` ``<JSON of the state or of the patch>``, so the trim
-never parses a state.
+<digest: 16 hex>[<signature: 64 hex>]`` ``\\n`` ``<JSON of the state or of the patch>``,
+so the trim never parses a state.
+
+Any client of this Redis can write the list. With ``TULIP_EVENT_SIGNING_KEY`` set, the
+producer signs each entry (HMAC in the pending domain of :mod:`tulip_wire.signing`, over
+the tenant, thread id, checkpoint id, base, digest and body: an entry moved to another
+thread does not verify), and a reader or worker holding the key drops any entry that
+does not verify (logged by checkpoint id, never with its content) before it builds a
+chain. Whatever the signing, :func:`rebuild` checks the state it makes against the
+digest its newest entry carries, and the checkpoint worker holds that digest equal to
+its signed event's: a chain rooted in a whole entry is checked like any other.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tulip_memory.delta.codec import digest as bytes_digest
 from tulip_memory.delta.diff import apply_owned
 from tulip_wire.endpoints import REDIS_SCHEMES, redis_client, scheme_of
 from tulip_wire.events import thread_key
 from tulip_wire.scripts import lua
+from tulip_wire.signing import ENV_VAR, PENDING_DOMAIN, SIG_CHARS, Signer
 from tulip_wire.statedelta import DeltaError, apply_delta, digest_of
 from tulip_wire.topology import PENDING_KEY_PREFIX
+
+log = logging.getLogger(__name__)
 
 _TRIM = lua(__file__, "pending_trim.lua")
 _NO_BASE = "-" * 32
 _HEADER = 32 + 32 + 16
+_SIGNED_HEADER = _HEADER + SIG_CHARS
+_HEAD = re.compile(rb"[0-9a-f]{32}(?:[0-9a-f]{32}|-{32})[0-9a-f]{16}(?:[0-9a-f]{64})?")
 
 
 @dataclass(frozen=True)
@@ -55,9 +72,16 @@ class PendingEntry:
     base: str | None
     digest: str
     body: bytes
+    #: The producer's signature (:func:`sealed`), None for an unsigned entry.
+    sig: str | None = None
 
     def value(self) -> Any:
         return json.loads(self.body)
+
+    def signed_by(self, signer: Signer, tenant: str, thread_id: str) -> bool:
+        """Whether ``signer``'s keys signed this entry for ``tenant``'s thread."""
+        message = _signed(tenant, thread_id, self.checkpoint_id, self.base, self.digest)
+        return signer.checks(PENDING_DOMAIN, message + self.body, self.sig)
 
 
 @dataclass(frozen=True)
@@ -74,18 +98,46 @@ class Chain:
 
 
 def entry_text(checkpoint_id: str, base: str | None, digest: str, body: str) -> str:
-    """One list entry: ``body`` is the JSON of the state, or of the patch onto ``base``."""
+    """One unsigned list entry: ``body`` is the JSON of the state, or of the patch onto
+    ``base`` (:func:`sealed` signs one)."""
     return f"{checkpoint_id}{base or _NO_BASE}{digest}\n{body}"
+
+
+def sealed(
+    signer: Signer | None,
+    tenant: str,
+    thread_id: str,
+    checkpoint_id: str,
+    base: str | None,
+    digest: str,
+    body: str,
+) -> str:
+    """The list entry of a save, signed for ``tenant``'s thread when there is a signer."""
+    if signer is None:
+        return entry_text(checkpoint_id, base, digest, body)
+    message = _signed(tenant, thread_id, checkpoint_id, base, digest)
+    sig = signer.tag(PENDING_DOMAIN, message + body.encode("utf-8", "surrogatepass"))
+    return f"{checkpoint_id}{base or _NO_BASE}{digest}{sig}\n{body}"
+
+
+def _signed(
+    tenant: str, thread_id: str, checkpoint_id: str, base: str | None, digest: str
+) -> bytes:
+    """What an entry's signature covers before its body: every field, unambiguously
+    (a JSON list of strings holds no raw newline)."""
+    head = json.dumps([tenant, thread_id, checkpoint_id, base or "", digest], ensure_ascii=True)
+    return head.encode("ascii") + b"\n"
 
 
 def parse_entry(raw: bytes) -> PendingEntry | None:
     """An entry of the list, None when it is not one (a foreign or damaged value)."""
     head, sep, body = raw.partition(b"\n")
-    if not sep or len(head) != _HEADER:
+    if not sep or len(head) not in (_HEADER, _SIGNED_HEADER) or not _HEAD.fullmatch(head):
         return None
-    text = head.decode("ascii", "replace")
+    text = head.decode("ascii")
     base = text[32:64]
-    return PendingEntry(text[:32], None if base == _NO_BASE else base, text[64:], body)
+    sig = text[_HEADER:] or None
+    return PendingEntry(text[:32], None if base == _NO_BASE else base, text[64:_HEADER], body, sig)
 
 
 def chain_of(entries: Sequence[PendingEntry], checkpoint_id: str | None = None) -> Chain | None:
@@ -113,7 +165,9 @@ def chain_of(entries: Sequence[PendingEntry], checkpoint_id: str | None = None) 
 
 def rebuild(chain: Chain, base: dict[str, Any] | None) -> dict[str, Any]:
     """The state ``chain`` makes of ``base`` (the root's state; None for a chain that
-    starts whole); :class:`DeltaError` naming the base when a step does not fit."""
+    starts whole), checked against the digest of its newest entry whatever the root;
+    :class:`DeltaError` naming the base when a step does not fit or the state does not
+    match."""
     state: dict[str, Any] | None = None if base is None else dict(base)
     owned: set[str] = set()  # lists copied once, then extended in place: n tails cost n
     last_base = chain.root or ""
@@ -129,10 +183,13 @@ def rebuild(chain: Chain, base: dict[str, Any] | None) -> dict[str, Any]:
             state = _applied(state, step, owned)
             last_base = step.base
     assert state is not None
-    if chain.steps[-1].base is None:
+    last = chain.steps[-1]
+    # A whole entry is canonical JSON as the producer writes it: its bytes' digest is
+    # the state's, and only those bytes have it; any other spelling is encoded again.
+    if last.base is None and bytes_digest(last.body) == last.digest:
         return state
     got = digest_of(state)
-    if got != chain.steps[-1].digest:
+    if got != last.digest:
         raise DeltaError(
             f"pending checkpoint {chain.checkpoint_id} rebuilds to digest {got}, not "
             f"{chain.steps[-1].digest} (last base {last_base})"
@@ -155,10 +212,12 @@ def _applied(state: dict[str, Any], step: PendingEntry, owned: set[str]) -> dict
 
 
 class PendingStates:
-    """The overlay on one Redis client (``redis.Redis``)."""
+    """The overlay on one Redis client (``redis.Redis``); with a ``signer``, entries are
+    appended signed and read only when they verify."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, signer: Signer | None = None) -> None:
         self._client = client
+        self._signer = signer
         self._trim = client.register_script(_TRIM)
 
     @staticmethod
@@ -181,12 +240,30 @@ class PendingStates:
         self, tenant: str, thread_id: str, checkpoint_id: str, state: dict[str, Any], ttl: float
     ) -> None:
         """Append a whole state."""
-        body = json.dumps(state, ensure_ascii=False, allow_nan=False)
-        self.append(tenant, thread_id, entry_text(checkpoint_id, None, digest_of(state), body), ttl)
+        body = json.dumps(
+            state, ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+        )
+        text = sealed(self._signer, tenant, thread_id, checkpoint_id, None, digest_of(state), body)
+        self.append(tenant, thread_id, text, ttl)
 
     def entries(self, tenant: str, thread_id: str) -> list[PendingEntry]:
+        """The thread's entries, oldest first; with a signer, only those it verifies."""
         raws = self._client.lrange(_key(tenant, thread_id), 0, -1)
-        return [e for e in map(parse_entry, raws) if e is not None]
+        found = [e for e in map(parse_entry, raws) if e is not None]
+        if self._signer is None:
+            return found
+        signer = self._signer
+        kept = [e for e in found if e.signed_by(signer, tenant, thread_id)]
+        if len(kept) < len(found) or len(found) < len(raws):
+            log.warning(
+                "pending list of a thread of tenant %s: %d of %d entries dropped (unsigned, "
+                "not signed by %s, or malformed): never served",
+                tenant,
+                len(raws) - len(kept),
+                len(raws),
+                ENV_VAR,
+            )
+        return kept
 
     def chain(self, tenant: str, thread_id: str, checkpoint_id: str | None = None) -> Chain | None:
         """The chain of ``checkpoint_id`` (the newest pending if None), if it is pending."""
@@ -218,10 +295,9 @@ def _key(tenant: str, thread_id: str) -> str:
     return PENDING_KEY_PREFIX + thread_key(tenant, thread_id)
 
 
-def pending_states(redis_url: str) -> PendingStates | None:
+def pending_states(redis_url: str, signer: Signer | None = None) -> PendingStates | None:
     """The overlay on ``redis_url`` (any spelling of :mod:`tulip_wire.endpoints`,
     Sentinel included), or ``None`` when that is not a Redis URL."""
     if scheme_of(redis_url) not in REDIS_SCHEMES:
         return None
-
-    return PendingStates(redis_client(redis_url))
+    return PendingStates(redis_client(redis_url), signer)

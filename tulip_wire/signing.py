@@ -8,6 +8,11 @@ payload reference (whose sha256 pins the claim-checked bytes). It travels as the
 envelope's ``sig`` (64 hex digits). A worker with a key refuses an unsigned event or a
 bad signature with a dead letter whose reason says so.
 
+The same keys sign everything else a reader or worker acts on, each kind under its own
+domain (a prefix of the MAC'd bytes), so a signature of one kind never passes for
+another: a thread's pending entries (:mod:`tulip_wire.pending`) and the unordered tasks
+(:mod:`tulip_wire.tasksig`).
+
 ``TULIP_EVENT_SIGNING_KEY`` may list several keys separated by commas, for rotation:
 the first signs, any verifies (add the new key second everywhere, then move it first,
 then drop the old one). Each key must be at least :data:`MIN_KEY_CHARS` characters.
@@ -28,9 +33,13 @@ from tulip_wire.events import Envelope, EventError
 ENV_VAR = EVENT_SIGNING_KEY.name
 MIN_KEY_CHARS = 32
 _DOMAIN = b"tulip-event-v1\n"
+#: The domains of the other signed inputs (see the module docstring).
+PENDING_DOMAIN = b"tulip-pending-v1\n"
+TASK_DOMAIN = b"tulip-task-v1\n"
+SIG_CHARS = 2 * hashlib.sha256().digest_size
 _SIGNED = ("v", "id", "type", "key", "seq", "ts", "payload", "payload_ref")
 #: How many characters a signature adds to an encoded envelope (``,"sig":"<hex>"``).
-SIG_ROOM = len(',"sig":""') + 2 * hashlib.sha256().digest_size
+SIG_ROOM = len(',"sig":""') + SIG_CHARS
 
 
 class ForgedEvent(EventError):
@@ -67,14 +76,26 @@ class Signer:
     def sign(self, env: Envelope) -> Envelope:
         """``env`` with its signature (over its wire form, as a worker will read it)."""
         wire = json.loads(json.dumps(env.to_dict(), ensure_ascii=False, allow_nan=False))
-        return replace(env, sig=_mac(self.keys[0], wire))
+        return replace(env, sig=self.tag(_DOMAIN, _signed_text(wire)))
+
+    def tag(self, domain: bytes, message: bytes) -> str:
+        """The signature of ``message`` in ``domain`` (one of this module's), by the first key."""
+        return hmac.new(self.keys[0], domain + message, hashlib.sha256).hexdigest()
+
+    def checks(self, domain: bytes, message: bytes, sig: object) -> bool:
+        """Whether any key signed ``message`` in ``domain`` as ``sig``."""
+        if not isinstance(sig, str) or len(sig) != SIG_CHARS:
+            return False
+        return any(
+            hmac.compare_digest(hmac.new(k, domain + message, hashlib.sha256).hexdigest(), sig)
+            for k in self.keys
+        )
 
     def verify(self, env: Envelope) -> None:
         """Nothing if a key signed ``env``; :class:`ForgedEvent` saying why not otherwise."""
         if env.sig is None:
             raise ForgedEvent(f"unsigned event refused ({ENV_VAR} is set on this worker)", env.id)
-        wire = env.to_dict()
-        if not any(hmac.compare_digest(_mac(k, wire), env.sig) for k in self.keys):
+        if not self.checks(_DOMAIN, _signed_text(env.to_dict()), env.sig):
             raise ForgedEvent(
                 "bad signature: the event was not signed with this deployment's "
                 f"{ENV_VAR} or was changed after signing",
@@ -89,7 +110,6 @@ def signer_of(keys: str | None) -> Signer | None:
     return Signer(parts) if parts else None
 
 
-def _mac(key: bytes, wire: Mapping[str, Any]) -> str:
+def _signed_text(wire: Mapping[str, Any]) -> bytes:
     signed = {name: wire.get(name) for name in _SIGNED}
-    text = json.dumps(signed, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hmac.new(key, _DOMAIN + text.encode("ascii"), hashlib.sha256).hexdigest()
+    return json.dumps(signed, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()

@@ -196,7 +196,7 @@ def checkpointer_of(s: WorkerSettings) -> DeltaCheckpointer:
 
 def _pending(s: WorkerSettings) -> PendingStates | None:
     url = s.redis_url
-    return None if url is None else pending_states(url)
+    return None if url is None else pending_states(url, _signer(s))
 
 
 def _claims(s: WorkerSettings) -> Any:
