@@ -562,7 +562,7 @@ async def summary_jobs(threads: list[Thread], redis_url: str) -> list[SummaryJob
     out: list[SummaryJobs] = []
     for thread in threads:
         # A job is run right here when the trigger enqueues it (the broker is not measured).
-        scheduler = SummaryScheduler(redis_client(redis_url), lambda tenant, thread: None)
+        scheduler = SummaryScheduler(redis_client(redis_url), lambda tenant, thread, token: None)
         checkpointer = DeltaCheckpointer(InMemoryObjectStorage())
         worker = SummaryWorker(checkpointer=checkpointer, scheduler=scheduler)
         worker.step_tokens = budget.step_tokens

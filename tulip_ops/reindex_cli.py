@@ -2,7 +2,8 @@
 
 Settings come from the environment: ``TULIP_DATABASE_URL`` and ``TULIP_MEMORY_TABLE``
 (the table), ``TULIP_DATABASE_ADMIN_URL`` (to list tenants when reindexing all of
-them) and ``TULIP_BROKER_URL`` (where batches go: ``memory.reindex``).
+them), ``TULIP_BROKER_URL`` (where batches go: ``memory.reindex``) and
+``TULIP_EVENT_SIGNING_KEY`` (batches are signed with it, as the workers require).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ Start, watch, resume, cancel and finalize online reindexes.
 
 Settings come from the environment: TULIP_DATABASE_URL and TULIP_MEMORY_TABLE
 (the table), TULIP_DATABASE_ADMIN_URL (to list tenants when reindexing all of
-them) and TULIP_BROKER_URL (where batches go: the memory.reindex queue).
+them), TULIP_BROKER_URL (where batches go: the memory.reindex queue) and
+TULIP_EVENT_SIGNING_KEY (batches are signed with it, as the workers require).
 """
 
 
@@ -77,13 +79,15 @@ def run(args: argparse.Namespace) -> int:
 async def _run(args: argparse.Namespace) -> int:
     from tulip_memory.config import store_from_env
     from tulip_ops.settings import OpsSettings
-    from tulip_workers.reindexing import send_reindex_batch
+    from tulip_wire.signing import signer_of
+    from tulip_workers.reindexing import batch_sender
 
     store = store_from_env()
     if args.model:
         store.allow_embedder(args.model, args.api_base)
-    admin = OpsSettings.from_env().database_admin_url
-    reindexer = Reindexer(store, send=send_reindex_batch, admin_dsn=admin)
+    ops = OpsSettings.from_env()
+    send = batch_sender(signer_of(ops.signing_key))
+    reindexer = Reindexer(store, send=send, admin_dsn=ops.database_admin_url)
     try:
         return await _act(reindexer, args)
     finally:

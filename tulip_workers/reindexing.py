@@ -5,6 +5,10 @@ reindex``), so live extraction is never queued behind a reindex."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from tulip_wire.signing import Signer
+from tulip_wire.tasksig import task_kwargs
 from tulip_wire.topology import REINDEX_QUEUE, REINDEX_TASK
 
 #: Retries of a batch failing for a reason other than its model (a database blip).
@@ -26,15 +30,25 @@ def batch_args(job_id: object, range_id: object, tenant: object) -> str | None:
     return None
 
 
-def send_reindex_batch(job_id: int, range_id: int, tenant: str) -> None:
+def send_reindex_batch(
+    job_id: int, range_id: int, tenant: str, signer: Signer | None = None
+) -> None:
     """One batch: the range, and the tenant the worker pins before it reads anything
-    (a range of another tenant is then not found)."""
+    (a range of another tenant is then not found); signed by ``signer`` if given."""
     from tulip_workers.app import app
 
+    args = [job_id, range_id, tenant]
     app.send_task(
         REINDEX_TASK,
-        args=[job_id, range_id, tenant],
+        args=args,
+        kwargs=task_kwargs(signer, REINDEX_TASK, args),
         queue=REINDEX_QUEUE,
         routing_key=REINDEX_QUEUE,
         exchange="",
     )
+
+
+def batch_sender(signer: Signer | None) -> Callable[[int, int, str], None]:
+    """:func:`send_reindex_batch` signing with ``signer`` (``TULIP_EVENT_SIGNING_KEY``):
+    what a coordinator hands the reindexer."""
+    return lambda job_id, range_id, tenant: send_reindex_batch(job_id, range_id, tenant, signer)

@@ -19,6 +19,7 @@ from tulip_wire.endpoints import redis_client
 from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED
 from tulip_wire.pending import PendingStates, pending_states
 from tulip_wire.signing import Signer, signer_of
+from tulip_wire.tasksig import task_kwargs
 from tulip_wire.topology import (
     CHECKPOINT_QUEUE_PREFIX,
     EXTRACT_QUEUE_PREFIX,
@@ -100,6 +101,7 @@ class WorkerRuntime:
                     head_turns=budget.head_turns,
                     keep_recent=budget.keep_recent,
                     step_tokens=budget.step_tokens,
+                    over_tokens=budget.over_tokens,
                     slot=_llm_slot(s) if model else None,
                 )
             return self._summaries
@@ -164,15 +166,22 @@ def _scheduler(s: WorkerSettings) -> SummaryScheduler | None:
     url = s.redis_url
     if url is None:
         return None
-    return SummaryScheduler(redis_client(url), send_summary_job)
+    signer = _signer(s)
+    return SummaryScheduler(
+        redis_client(url),
+        lambda tenant, thread, token: send_summary_job(tenant, thread, token, signer),
+    )
 
 
-def send_summary_job(tenant: str, thread_id: str) -> None:
+def send_summary_job(tenant: str, thread_id: str, token: str, signer: Signer | None) -> None:
+    """One summary job of ``tenant``'s thread, named by ``token``, signed by ``signer``."""
     from tulip_workers.app import app
 
+    args = [tenant, thread_id, token]
     app.send_task(
         SUMMARIZE_TASK,
-        args=[tenant, thread_id],
+        args=args,
+        kwargs=task_kwargs(signer, SUMMARIZE_TASK, args),
         queue=SUMMARIZE_QUEUE,
         routing_key=SUMMARIZE_QUEUE,
         exchange="",

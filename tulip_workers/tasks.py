@@ -16,6 +16,8 @@ from typing import Any
 from celery.signals import task_received, worker_process_init
 
 from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED, TASKS
+from tulip_wire.signing import Signer, signer_of
+from tulip_wire.tasksig import task_refusal
 from tulip_wire.topology import REINDEX_TASK, SUMMARIZE_TASK
 from tulip_workers.app import app
 from tulip_workers.event_worker import DEAD, EventWorker
@@ -23,6 +25,7 @@ from tulip_workers.keyed import envelope_key
 from tulip_workers.redelivery import deaths, running
 from tulip_workers.reindexing import REINDEX_RETRIES, batch_args
 from tulip_workers.runtime import WorkerRuntime, reset_after_fork, runtime
+from tulip_workers.summarizer import summary_args
 
 log = logging.getLogger(__name__)
 
@@ -90,23 +93,29 @@ def _deaths(task_id: str) -> int:
         return 0
 
 
-@app.task(name=SUMMARIZE_TASK)  # type: ignore[untyped-decorator]
-def summarize(tenant: str, thread_id: str | None = None) -> str:
-    """Bring one tenant's thread's background summary up to date (pooled, unordered).
-    A job queued before thread state had a tenant (one argument) is skipped: the
-    thread's next checkpoint asks again."""
-    if thread_id is None:
-        return "skipped: a job without a tenant"
+@app.task(name=SUMMARIZE_TASK, bind=True)  # type: ignore[untyped-decorator]
+def summarize(self: Any, *args: Any, sig: Any = None) -> str:
+    """Bring one tenant's thread's background summary up to date (pooled, unordered):
+    ``(tenant, thread_id, token)``, signed when signing is on. A job queued before
+    thread state had a tenant (one argument) is skipped: the thread's next checkpoint
+    asks again; one before jobs had tokens (two) runs unless signing is on."""
+    refused = _refusal(self, SUMMARIZE_TASK, args, sig) or summary_args(args)
+    if refused is not None:
+        return refused
     rt = runtime()
-    return rt.run(rt.summaries().run(tenant, thread_id))
+    return rt.run(rt.summaries().run(*args))
 
 
 @app.task(name=REINDEX_TASK, bind=True, max_retries=REINDEX_RETRIES)  # type: ignore[untyped-decorator]
-def reindex(self: Any, job_id: Any, range_id: Any, tenant: Any = None) -> str:
+def reindex(self: Any, job_id: Any, range_id: Any, tenant: Any = None, sig: Any = None) -> str:
     """Embed and write one keyset range of a reindex job (pooled, unordered), pinned
     to the range's tenant the task names (a range of another tenant is not found). A
     failure other than the model's (which pauses the job itself) is retried with
     backoff; the last one pauses the job with its error, so none goes unnoticed."""
+    args = (job_id, range_id) if tenant is None else (job_id, range_id, tenant)
+    refused = _refusal(self, REINDEX_TASK, args, sig)
+    if refused is not None:
+        return refused
     refused = batch_args(job_id, range_id, tenant)
     if refused is not None:
         log.warning("reindex batch refused: %s", refused)  # stale, or forged
@@ -121,6 +130,20 @@ def reindex(self: Any, job_id: Any, range_id: Any, tenant: Any = None) -> str:
             rt.run(rt.reindexer().pause(job_id, reason, tenant=tenant))
             raise
         raise self.retry(exc=e, countdown=min(30, 2**tries)) from e
+
+
+def _refusal(task: Any, name: str, args: tuple[Any, ...], sig: Any) -> str | None:
+    """``refused: <reason>`` for a task this worker must not run unsigned (logged with
+    the task's id, never its arguments), else None."""
+    reason = task_refusal(_signer(), name, args, sig)
+    if reason is None:
+        return None
+    log.warning("task %s refused: %s", task.request.id, reason)
+    return f"refused: {reason}"
+
+
+def _signer() -> Signer | None:
+    return signer_of(runtime().settings.signing_key)
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

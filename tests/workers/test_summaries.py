@@ -58,8 +58,8 @@ T = "acme"  # thread state is per tenant
 
 
 @pytest.fixture
-def scheduler(redis_url: str) -> tuple[SummaryScheduler, list[tuple[str, str]]]:
-    sent: list[tuple[str, str]] = []
+def scheduler(redis_url: str) -> tuple[SummaryScheduler, list[tuple[str, str, str]]]:
+    sent: list[tuple[str, str, str]] = []
     client = redis.Redis.from_url(with_db(redis_url, 9))
     return SummaryScheduler(client, lambda *job: sent.append(job)), sent
 
@@ -89,7 +89,7 @@ async def test_summaries_are_incremental_through_the_model(
 async def test_a_failing_summarizer_leaves_the_thread_loadable_and_clears_the_job(
     checkpointer: DeltaCheckpointer,
     fake_openai: FakeOpenAI,
-    scheduler: tuple[SummaryScheduler, list[tuple[str, str]]],
+    scheduler: tuple[SummaryScheduler, list[tuple[str, str, str]]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("OPENAI_API_BASE", fake_openai.url)
@@ -100,11 +100,12 @@ async def test_a_failing_summarizer_leaves_the_thread_loadable_and_clears_the_jo
     state = AgentState(messages=tuple(chat(12)))
     await tenant_checkpointer(checkpointer, T).save(state, thread)
     assert sched.maybe_schedule(T, thread) and not sched.maybe_schedule(T, thread)  # one pending
-    assert sent == [(T, thread)]
+    [(tenant, named, token)] = sent
+    assert (tenant, named) == (T, thread)
     worker = SummaryWorker(checkpointer=checkpointer, model=MODEL, scheduler=sched)
     worker_settings_fast(monkeypatch)
     with pytest.raises(SummarizationError):
-        await worker.run(T, thread)
+        await worker.run(T, thread, token)
     assert await tenant_checkpointer(checkpointer, T).load(thread) == state
     assert await SummaryStore(tenant_checkpointer(checkpointer, T).storage).get(thread) is None
     assert sched.maybe_schedule(T, thread)  # the failed job no longer counts as pending
@@ -149,7 +150,7 @@ async def test_compacted_view_uses_a_matching_summary_and_never_a_stale_one(
 
 
 async def test_summary_jobs_on_a_600_turn_thread_stay_within_the_step_rule(
-    scheduler: tuple[SummaryScheduler, list[tuple[str, str]]],
+    scheduler: tuple[SummaryScheduler, list[tuple[str, str, str]]],
 ) -> None:
     sched, sent = scheduler
     base = DeltaCheckpointer(InMemoryObjectStorage())
@@ -169,8 +170,9 @@ async def test_summary_jobs_on_a_600_turn_thread_stay_within_the_step_rule(
         before = budget.covered_end(messages, await summaries.get(thread))
         if await trigger.checkpointed(T, thread, messages, summaries):
             assert budget.due(messages, before)  # scheduled only when a step is due
-            assert sent.pop() == (T, thread)
-            assert await worker.run(T, thread) == "summarized"
+            tenant, named, token = sent.pop()
+            assert (tenant, named) == (T, thread)
+            assert await worker.run(T, thread, token) == "summarized"
             jobs += 1
         summary = await summaries.get(thread)
         end = budget.covered_end(messages, summary)
@@ -197,3 +199,35 @@ def test_the_budget_counts_only_what_a_job_would_add() -> None:
     assert budget.unsummarized(msgs, wanted.end) == 0 and not budget.due(msgs, wanted.end)
     assert budget.due(msgs, None)
     assert not SummaryBudget(over_tokens=10**6, step_tokens=1).due(msgs, None)  # under budget
+
+
+async def test_a_job_checks_the_threshold_itself_and_a_replayed_one_does_nothing(
+    checkpointer: DeltaCheckpointer,
+    scheduler: tuple[SummaryScheduler, list[tuple[str, str, str]]],
+) -> None:
+    """Anyone who can write to the broker can send a job: one for a thread under the
+    threshold writes nothing, and one whose token is not the pending job's (stale, or
+    a captured job sent again) is skipped without clearing the pending job's marker."""
+    sched, sent = scheduler
+    threads = tenant_checkpointer(checkpointer, T)
+    summaries = SummaryStore(threads.storage)
+    worker = SummaryWorker(
+        checkpointer=checkpointer, scheduler=sched, keep_recent=4, over_tokens=6000
+    )
+    small = f"t-{uuid.uuid4().hex}"
+    await threads.save(AgentState(messages=tuple(chat(12))), small)  # ~200 tokens
+    assert (await worker.run(T, small)).startswith("not due:")
+    assert await summaries.get(small) is None
+    big = f"t-{uuid.uuid4().hex}"
+    await threads.save(AgentState(messages=tuple(chat(400))), big)
+    assert sched.maybe_schedule(T, big)
+    (_, _, token) = sent.pop()
+    assert await worker.run(T, big, "0" * 32) == (
+        "skipped: not the pending job of its thread (stale, or sent again)"
+    )
+    assert sched.pending(T, big) and await summaries.get(big) is None
+    assert await worker.run(T, big, token) == "summarized"
+    assert not sched.pending(T, big)
+    assert sched.maybe_schedule(T, big)  # the next job is pending; the replay of the last
+    assert (await worker.run(T, big, token)).startswith("skipped:")  # neither runs
+    assert sched.pending(T, big)  # nor clears it
