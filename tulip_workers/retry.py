@@ -30,8 +30,12 @@ class RetryPolicy:
 
 
 def is_permanent(error: BaseException) -> bool:
-    """Errors no retry can fix: the event itself is wrong."""
-    return isinstance(error, EventError)
+    """Errors no retry can fix: the event itself is wrong, a model's answer that cannot
+    be used (an error class marked ``permanent``: asking again is another paid call),
+    or arithmetic and nesting no attempt computes otherwise."""
+    if isinstance(error, EventError | OverflowError | RecursionError):
+        return True
+    return getattr(type(error), "permanent", False) is True
 
 
 def describe(error: BaseException) -> str:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tulip_memory.extract.parse import (
+    MAX_CONTENT_CHARS,
     MAX_EMBEDDED_ATTEMPTS,
     MAX_OUTPUT_CHARS,
     normalize_key,
@@ -173,3 +174,31 @@ def test_retry_after_and_backoff() -> None:
     assert backoff_delay(3, 0.5, 30, 0.0) == 1.0
     assert backoff_delay(20, 0.5, 30, 1.0) == 30
     assert estimate_tokens("abcd" * 10) == 11
+
+
+def test_an_unusable_field_or_item_is_dropped_alone_and_no_reason_quotes_it() -> None:
+    """A 400-digit confidence (``float()`` overflows) drops that field, a 100,000-character
+    ``why`` too; the items stay. An item that fails any other way is dropped alone."""
+    secret = "my SSN is 078-05-1120"
+    items = [
+        {**ITEM, "key": "a", "confidence": 10**400},
+        {**ITEM, "key": "b", "why": secret * 5000, "how_to_apply": "Greet her."},
+        {"type": secret, "key": "c", "content": "x"},
+        {**ITEM, "key": secret * 10},  # a key is cut to its first 120 characters
+    ]
+    memories, dropped = validate_items(items)
+    assert [m.key for m in memories] == ["a", "b", normalize_key(secret * 10)]
+    assert "confidence" not in memories[0].metadata
+    assert memories[1].metadata == {"how_to_apply": "Greet her."}
+    assert all(len(m.key) <= 120 for m in memories)
+    assert [(d.field, d.reason) for d in dropped] == [
+        ("confidence", "confidence: a number too large for a float"),
+        ("why", f"why: longer than {MAX_CONTENT_CHARS} characters"),
+        (None, f"unknown type (a str of length {len(secret)})"),
+    ]
+    assert not any("SSN" in d.reason for d in dropped)
+
+
+def test_an_answer_with_no_list_says_so_without_quoting_it() -> None:
+    parsed = parse_items("my card is 4111 1111 1111 1111, and no JSON")
+    assert parsed.error == "no JSON list of memories in the model output (43 characters)"

@@ -295,7 +295,8 @@ async def test_model_garbage_every_time_is_dead_lettered_and_the_shard_moves_on(
     poison = event(ns, "hello", seq=1)
     assert await worker.handle(encode(poison)) == DEAD
     status = await reader.status(poison.id, tenant=tenant)
-    assert status.state == "dead" and (status.reason or "").startswith("ExtractionError (")
+    assert status.state == "dead" and (status.reason or "").startswith("UnusableAnswer (")
+    assert len(fake_openai.requests_to("/v1/chat/completions")) == 1  # no paid retry
     good = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
     assert await good.handle(encode(event(ns, "My pet name is Rex.", seq=2))) == APPLIED
     assert await good.handle(encode(poison)) == DUPLICATE  # redelivery of a dead letter

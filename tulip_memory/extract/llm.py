@@ -43,6 +43,14 @@ class ExtractionError(ModelCallError):
     """A model extraction that failed for good."""
 
 
+class UnusableAnswer(ExtractionError):
+    """The model answered, but nothing in the answer can be read as memories. Asking
+    again would pay for another answer to the same prompt, so it is not retried
+    (``permanent``)."""
+
+    permanent = True
+
+
 @dataclass(frozen=True, kw_only=True)
 class LLMExtractorConfig:
     """How to call the extraction model.
@@ -144,10 +152,11 @@ class LLMExtractor:
         )
         parsed = parse_items(reply.content)
         if parsed.error is not None:
-            raise ExtractionError(parsed.error, attempts=reply.usage.attempts)
+            raise UnusableAnswer(parsed.error, attempts=reply.usage.attempts)
         memories, dropped = validate_items(parsed.items, min_confidence=self.config.min_confidence)
-        for item in dropped:
-            logger.warning("dropped a memory item from %s: %s", self.config.model, item.reason)
+        for item in dropped:  # reasons quote no text of the answer
+            what = "a field of a memory item" if item.field else "a memory item"
+            logger.warning("dropped %s from %s: %s", what, self.config.model, item.reason)
         tagged = tuple(self._tag(m) for m in memories)
         return ExtractionResult(tagged, tuple(dropped), reply.usage)
 
