@@ -203,12 +203,13 @@ class Chat:
                         attempts=attempt,
                         status=status_of(e),
                     ) from e
+                # The class and status only: a provider's error text may echo the prompt.
                 logger.warning(
-                    "%s %s failed (%s: %s); retry in %.2fs",
+                    "%s %s failed (%s, status %s); retry in %.2fs",
                     self.model.model,
                     what,
                     type(e).__name__,
-                    e,
+                    status_of(e),
                     delay,
                 )
                 await asyncio.sleep(delay)

@@ -222,8 +222,7 @@ def apply_delta(base: dict[str, Any], patch: Any, digest: str, base_id: str) -> 
         out = apply(base, patch)
     except Exception as e:  # PatchError, RecursionError on a hostile nesting, ...
         raise DeltaError(
-            f"the delta does not apply to its base checkpoint {base_id}: {type(e).__name__}: "
-            f"{str(e)[:120]}"
+            f"the delta does not apply to its base checkpoint {base_id}: {type(e).__name__}"
         ) from e
     if not isinstance(out, dict):
         raise DeltaError(f"the delta onto base checkpoint {base_id} does not yield an object")

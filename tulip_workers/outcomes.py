@@ -14,8 +14,21 @@ import logging
 
 from tulip_memory.redaction import redact
 from tulip_memory.store.validation import NS_SEP
+from tulip_workers.deadletters import UNKNOWN_TENANT
 
 log = logging.getLogger("tulip.events")
+
+
+def dead_letter_summary(reason: str, *, event_id: str, key: str | None, where: str | None) -> str:
+    """What Celery, Flower and a log line may say of a dead letter: the reason's class,
+    length and hash (:func:`~tulip_memory.redaction.redact`), where it failed and which
+    event of which tenant, and how to read the full reason (kept only in the tenant's
+    dead letter). Never message text or model output."""
+    tenant = UNKNOWN_TENANT if not key else key.split(NS_SEP)[0]
+    return (
+        f"{redact(reason)} on {where or 'a worker'}: event {event_id} of tenant {tenant!r}; "
+        f"the full reason: tulip-memory dlq show {event_id} --tenant {tenant}"
+    )
 
 
 def log_outcome(

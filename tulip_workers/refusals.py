@@ -35,10 +35,12 @@ from collections.abc import Callable
 from typing import Any
 
 from celery.exceptions import InvalidTaskError
+from celery.worker.consumer import consumer as celery_consumer
 from celery.worker.consumer.consumer import Consumer as CeleryConsumer
 from kombu.exceptions import ContentDisallowed, DecodeError
 
 from tulip_workers import reliable_redis
+from tulip_workers.outcomes import dead_letter_summary
 from tulip_workers.retry import describe
 from tulip_workers.runtime import event_worker_for, runtime
 
@@ -125,7 +127,9 @@ class Consumer(CeleryConsumer):  # type: ignore[misc]
             message.reject(requeue=True)
             return False
         if failed and isinstance(task_id, str) and self.event_dispatcher is not None:
-            self.event_dispatcher.send("task-failed", uuid=task_id, exception=reason)
+            where = queue if isinstance(queue, str) else None
+            summary = dead_letter_summary(reason, event_id=task_id, key=None, where=where)
+            self.event_dispatcher.send("task-failed", uuid=task_id, exception=summary)
         return True
 
 
@@ -164,10 +168,20 @@ def _item_task_id(item: bytes) -> str | None:
     return task_id if isinstance(task_id, str) else None
 
 
+def _body_untold(message: Any, body: Any) -> str:
+    """What Celery's refusal log lines say of a message's body: its size, never its
+    bytes (they may hold a conversation; the dead letter keeps them)."""
+    raw = getattr(message, "body", b"")
+    size = len(raw) if isinstance(raw, bytes | bytearray | str) else 0
+    return f"<body of {size} bytes, not logged: see its dead letter>"
+
+
 def install() -> None:
     """Refusals for what never reaches Celery too: items on a Redis shard queue that
-    are no kombu message (:mod:`tulip_workers.reliable_redis`)."""
+    are no kombu message (:mod:`tulip_workers.reliable_redis`); and Celery's own log
+    lines of a refused message hold no body."""
     reliable_redis.refuse_items_with(refuse_item)
+    celery_consumer.dump_body = _body_untold
 
 
 def _headers(message: Any) -> dict[str, Any]:

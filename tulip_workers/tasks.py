@@ -2,13 +2,17 @@
 
 An ordered task whose event became a dead letter raises :class:`DeadLettered` after
 the letter and its ledger row are committed: Celery acks the message and records the
-task as FAILURE with the reason as its exception, so Flower's Failed view (and its
-task page) shows every dead letter, in the same state the ledger holds.
+task as FAILURE, so Flower's Failed view (and its task page) shows every dead letter,
+in the same state the ledger holds. The exception says the reason's class, length and
+hash, the queue and the event and tenant (:func:`~tulip_workers.outcomes.dead_letter_summary`):
+Celery logs it and Flower shows it, so it never holds the reason itself, which may
+quote the conversation or the model's answer (that stays in the tenant's dead letter).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +26,7 @@ from tulip_wire.topology import REINDEX_TASK, SUMMARIZE_TASK
 from tulip_workers.app import app
 from tulip_workers.event_worker import DEAD, EventWorker
 from tulip_workers.keyed import envelope_key
+from tulip_workers.outcomes import dead_letter_summary
 from tulip_workers.redelivery import deaths, running
 from tulip_workers.reindexing import REINDEX_RETRIES, batch_args
 from tulip_workers.runtime import WorkerRuntime, reset_after_fork, runtime
@@ -34,7 +39,7 @@ ORDERED = {TASKS[SESSION_ENDED]: SESSION_ENDED, TASKS[CHECKPOINT_SAVED]: CHECKPO
 
 
 class DeadLettered(Exception):
-    """The event is a dead letter (committed, with this reason)."""
+    """The event is a dead letter (committed): its redacted summary."""
 
 
 @app.task(name=TASKS[SESSION_ENDED], bind=True, throws=(DeadLettered,))  # type: ignore[untyped-decorator]
@@ -75,7 +80,13 @@ def _ordered(
         coro = worker(rt).handle_durably(body, request.id, queue, killed=killed)
         outcome = rt.run(coro)
     if outcome.outcome == DEAD:
-        raise DeadLettered(outcome.reason or "dead letter")
+        where = queue if isinstance(queue, str) else None
+        raise DeadLettered(
+            dead_letter_summary(
+                outcome.reason or "dead letter", event_id=outcome.event_id, key=outcome.key,
+                where=where,
+            )
+        )  # fmt: skip
     return outcome.outcome
 
 
@@ -149,6 +160,27 @@ def _signer() -> Signer | None:
 @worker_process_init.connect  # type: ignore[untyped-decorator]
 def _fresh_runtime(**_: Any) -> None:
     reset_after_fork()
+
+
+#: What a producer's own message says of its args (:func:`tulip_producer.direct.argsrepr`).
+_OWN_ARGSREPR = re.compile(
+    r"\[<(?:session\.ended|checkpoint\.saved) ([0-9a-f]{32}) seq=(?:\d+|None)>\]"
+)
+
+
+@task_received.connect  # type: ignore[untyped-decorator]
+def _withhold_event_args(request: Any = None, **_: Any) -> None:
+    """Flower and task events show what a message's headers say of its args
+    (``argsrepr``), and a client other than our producer writes its own there: the
+    conversation, for a body sent with Celery's defaults. An ordered task's is kept
+    only in the producer's form, naming this task's id; else it is withheld."""
+    event_type = ORDERED.get(getattr(request, "name", ""))
+    if event_type is None:
+        return
+    own = _OWN_ARGSREPR.fullmatch(str(getattr(request, "_argsrepr", "")))
+    if own is None or own.group(1) != request.id:
+        request._argsrepr = f"[<{event_type} {request.id}: args not shown>]"
+    request._kwargsrepr = "{}"
 
 
 @task_received.connect  # type: ignore[untyped-decorator]
