@@ -593,6 +593,9 @@ class Producer:
             known = self.bases.get(key)
             messages = known.known if known is not None else None
             data, count = _checkpoint_data(state, checkpoint_id, messages)
+            # The new messages only (the known ones were checked when they were saved).
+            new = (count or {}).get(MESSAGES, 0)
+            events.check_messages(data.get(MESSAGES), "state.messages", checkpoint_id, start=new)
             try:
                 step = advance(known.snapshot if known is not None else None, data, count)
             except NotJSON as e:

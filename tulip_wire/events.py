@@ -465,6 +465,7 @@ def _check_checkpoint_saved(p: dict[str, Any], event_id: str) -> None:
         AgentState.from_checkpoint(p.get("state"))  # type: ignore[arg-type]
     except (TypeError, ValueError, KeyError, AttributeError) as e:
         raise EventError(f"payload.state is not an agent state: {e}", event_id) from e
+    check_messages(p["state"].get("messages") or [], "payload.state.messages", event_id)
 
 
 def _check_delta(delta: Any, checkpoint_id: str, event_id: str) -> None:
@@ -492,20 +493,60 @@ def _check_session_ended(p: dict[str, Any], event_id: str) -> None:
     except (TypeError, ValueError) as e:
         raise EventError(f"payload.namespace: {e}", event_id) from e
     _check_thread_id(p, event_id)
-    msgs = p.get("messages")
-    if not isinstance(msgs, list):
-        raise EventError("payload.messages must be a list", event_id)
-    for i, m in enumerate(msgs):
-        try:
-            stated_time(Message.from_dict(m).metadata)
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise EventError(f"payload.messages[{i}] is not a message: {e!r}", event_id) from e
+    check_messages(p.get("messages"), "payload.messages", event_id, timed=True)
     if not isinstance(p.get("metadata", {}), dict):
         raise EventError("payload.metadata must be an object", event_id)
     try:
         stated_time(p.get("metadata", {}))
     except ValueError as e:
         raise EventError(f"payload.metadata.{TIME_FIELD}: {e}", event_id) from e
+
+
+#: A message's fields that hold text (or nothing).
+_MESSAGE_TEXT = ("content", "tool_call_id", "name")
+
+
+def check_messages(
+    messages: Any, path: str, event_id: str, *, start: int = 0, timed: bool = False
+) -> None:
+    """Every message of ``messages`` from ``start`` on is one every worker can process
+    (each field of its type: ``content=123`` is refused here, at publish, not by a
+    worker's ``AttributeError`` four attempts later), or :class:`EventError` naming
+    its path. ``timed``: a message's stated time must parse too. The producer and the
+    workers both call this (through :func:`validate`, and for a checkpoint's new
+    messages), so what one refuses the other does."""
+    if not isinstance(messages, list):
+        raise EventError(f"{path} must be a list", event_id)
+    for i in range(start, len(messages)):
+        problem = _message_problem(messages[i], timed)
+        if problem is not None:
+            raise EventError(f"{path}[{i}]{problem}", event_id)
+
+
+def _message_problem(m: Any, timed: bool) -> str | None:
+    if not isinstance(m, dict):
+        return f" must be an object, got {type(m).__name__}"
+    for name in _MESSAGE_TEXT:
+        value = m.get(name)
+        if value is not None and not isinstance(value, str):
+            return f".{name} must be a string, got {type(value).__name__}"
+    if m.get("metadata") is not None and not isinstance(m["metadata"], dict):
+        return f".metadata must be an object, got {type(m['metadata']).__name__}"
+    calls = m.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        return f".tool_calls must be a list, got {type(calls).__name__}"
+    for j, call in enumerate(calls or ()):
+        if not isinstance(call, dict) or not all(
+            isinstance(call.get(k), str) for k in ("id", "name")
+        ):
+            return f".tool_calls[{j}] must be an object with a string id and name"
+    try:
+        message = Message.from_dict(m)
+        if timed:
+            stated_time(message.metadata)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return f" is not a message: {e!r}"
+    return None
 
 
 def _field(raw: dict[str, Any], name: str, kind: Any, event_id: str | None) -> Any:

@@ -45,6 +45,7 @@ from tulip_memory.delta.diff import Patch, apply, diff
 from tulip_memory.delta.known import MESSAGES, starts_with
 from tulip_memory.messages import Message
 from tulip_memory.state import AgentState
+from tulip_wire.events import check_messages
 from tulip_wire.jsonpath import non_json_value
 
 #: A snapshot's own bytes count this much per field besides its JSON (the cache's
@@ -259,6 +260,7 @@ def onto_known(
                 return None
     others = {k: v for k, v in changed.items() if k != MESSAGES}
     try:
+        check_messages(tail, "tail", "")  # one that is not: the checked path refuses it
         data = apply(dict(fields), ["{", others, removed])
         base = AgentState.from_checkpoint({**data, MESSAGES: []})
         return replace(base, messages=(*messages, *(Message.from_dict(m) for m in tail)))

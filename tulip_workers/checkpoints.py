@@ -31,7 +31,7 @@ from tulip_memory.delta.known import MESSAGES
 from tulip_memory.delta.tenants import TenantCheckpointers
 from tulip_memory.state import AgentState
 from tulip_memory.summaries import SummaryBudget, SummaryStore
-from tulip_wire.events import Envelope, EventError
+from tulip_wire.events import Envelope, EventError, check_messages
 from tulip_wire.pending import PendingStates, rebuild
 from tulip_wire.statedelta import DeltaError, apply_delta, onto_known
 from tulip_workers.event_worker import (
@@ -118,6 +118,8 @@ class CheckpointWorker(EventWorker):
         data = payload.get("state")
         if data is None:
             data = await self._resolve(env, tenant, thread, checkpoint_id, payload["delta"])
+            # A whole state was checked on decode; one a delta made, here.
+            check_messages(data.get(MESSAGES), "the delta's state.messages", env.id)
         try:
             state = AgentState.from_checkpoint(data)
         except (TypeError, ValueError, KeyError, AttributeError) as e:

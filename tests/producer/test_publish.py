@@ -19,6 +19,7 @@ import redis
 from tests.producer.conftest import SHARDS, MakeProducer
 from tests.producer.queues import by_key, take_all
 from tulip_memory.messages import Message, Role
+from tulip_memory.state import AgentState
 from tulip_producer import AsyncProducer, ClaimCheckStore, ProducerSettings
 from tulip_producer.producer import (
     PublishError,
@@ -124,6 +125,19 @@ def test_seq_strictly_increases_per_key_in_queue_order_with_8_threads(
             r"messages\[0\] is not a message",
         ),
         (("ok",), "t", [{"role": "wizard"}], None, EventError, r"messages\[0\] is not a message"),
+        # What a worker could not process is refused here, with its path (content=123
+        # was published, then dead-lettered after every attempt of a worker).
+        *[
+            (("ok",), "t", [{"role": "user", bad: value}], None, EventError, match)
+            for bad, value, match in [
+                ("content", 123, r"messages\[0\]\.content must be a string, got int"),
+                ("name", ["x"], r"messages\[0\]\.name must be a string, got list"),
+                ("tool_call_id", 1.5, r"messages\[0\]\.tool_call_id must be a string"),
+                ("metadata", [1], r"messages\[0\]\.metadata must be an object, got list"),
+                ("tool_calls", "call", r"messages\[0\]\.tool_calls must be a list, got str"),
+                ("tool_calls", [{"id": 1}], r"messages\[0\]\.tool_calls\[0\] must be an"),
+            ]
+        ],
         (
             ("ok",),
             "t",
@@ -167,6 +181,23 @@ def test_bad_input_raises_and_nothing_is_published_or_spooled(
     assert take_all(producer.settings) == []
     seq_keys = redis.Redis.from_url(broker_url).keys(f"{SEQ_KEY_PREFIX}ok*")
     assert seq_keys == []
+
+
+def test_a_checkpoint_whose_new_message_no_worker_could_process_is_refused(
+    broker_url: str, make_producer: MakeProducer
+) -> None:
+    """As a mapping, or as an AgentState whose Message was built with an int: refused
+    at the save, naming the message, whether the save would go whole or as a delta."""
+    producer = make_producer(broker_url)
+    ok = AgentState(messages=(Message(role=Role.USER, content="hi"),))
+    producer.checkpoint_saved("t", ok, tenant="acme")
+    bad = Message(role=Role.USER, content=123)  # type: ignore[arg-type]
+    with pytest.raises(EventError, match=r"state\.messages\[1\]\.content must be a string"):
+        producer.checkpoint_saved("t", ok.with_messages([*ok.messages, bad]), tenant="acme")
+    mapping = {"messages": [{"role": "user", "content": 123}]}
+    with pytest.raises(EventError, match=r"messages\[0\]\.content must be a string, got int"):
+        producer.checkpoint_saved("u", mapping, tenant="acme")
+    assert producer.spooled == 0 and len(take_all(producer.settings)) == 1  # the good save
 
 
 @pytest.fixture

@@ -555,3 +555,18 @@ async def test_an_answer_holds_at_most_the_kept_memories_of_a_type_in_its_order(
     assert await worker.handle(encode(env)) == APPLIED
     keys = await store.list_keys((*ns, "user"), limit=1_000)
     assert sorted(keys) == [f"fact-{i:02d}" for i in range(30, 80)]
+
+
+async def test_a_message_the_producer_would_refuse_is_a_dead_letter_at_once(
+    store: PgMemory, reader: AsyncReader, postgres: Postgres, tenant: str
+) -> None:
+    """``content=123`` past the producer (a broker client of its own): the same check
+    refuses it, on the first attempt, naming the field (it was an AttributeError four
+    times)."""
+    worker = ExtractionWorker(store=store, extractor=heuristic, retry=FAST)
+    body = json.loads(encode(event((tenant, "users", "u7"), "hi")))
+    body["payload"]["messages"][0]["content"] = 123
+    assert await worker.handle(json.dumps(body), body["id"]) == DEAD
+    reason = await dead_reason(postgres.admin_dsn, body["id"])
+    assert "payload.messages[0].content must be a string, got int" in reason
+    assert (await reader.status(body["id"], tenant=UNKNOWN_TENANT)).state == "dead"
