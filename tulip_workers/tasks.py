@@ -19,6 +19,7 @@ from typing import Any
 
 from celery.signals import task_received, worker_process_init
 
+from tulip_memory.redaction import redact
 from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED, TASKS
 from tulip_wire.signing import Signer, signer_of
 from tulip_wire.tasksig import task_refusal
@@ -29,6 +30,7 @@ from tulip_workers.keyed import envelope_key
 from tulip_workers.outcomes import dead_letter_summary
 from tulip_workers.redelivery import deaths, running
 from tulip_workers.reindexing import REINDEX_RETRIES, batch_args
+from tulip_workers.retry import describe
 from tulip_workers.runtime import WorkerRuntime, reset_after_fork, runtime
 from tulip_workers.summarizer import summary_args
 
@@ -40,6 +42,10 @@ ORDERED = {TASKS[SESSION_ENDED]: SESSION_ENDED, TASKS[CHECKPOINT_SAVED]: CHECKPO
 
 class DeadLettered(Exception):
     """The event is a dead letter (committed): its redacted summary."""
+
+
+class Redacted(Exception):
+    """A failure as Celery logs it and Flower shows it: its class, length and hash."""
 
 
 @app.task(name=TASKS[SESSION_ENDED], bind=True, throws=(DeadLettered,))  # type: ignore[untyped-decorator]
@@ -114,7 +120,12 @@ def summarize(self: Any, *args: Any, sig: Any = None) -> str:
     if refused is not None:
         return refused
     rt = runtime()
-    return rt.run(rt.summaries().run(*args))
+    try:
+        return rt.run(rt.summaries().run(*args))
+    except Exception as e:  # the thread stays loadable; its next checkpoint asks again
+        failed = redact(describe(e))  # a model's error text may echo the thread
+        log.warning("summary job %s failed: %s", self.request.id, failed)
+        return f"failed: {failed}"
 
 
 @app.task(name=REINDEX_TASK, bind=True, max_retries=REINDEX_RETRIES)  # type: ignore[untyped-decorator]
@@ -136,11 +147,14 @@ def reindex(self: Any, job_id: Any, range_id: Any, tenant: Any = None, sig: Any 
         return rt.run(rt.reindexer().run_batch(job_id, range_id, tenant))
     except Exception as e:
         tries = self.request.retries + 1
+        # Celery logs the exception and Flower shows it: its class, length and hash only
+        # (a database's or a model's error text may quote the rows); the job keeps it whole.
+        shown = Redacted(redact(describe(e)))
         if tries > REINDEX_RETRIES:
             reason = f"range {range_id} failed {tries} times: {type(e).__name__}: {e}"
             rt.run(rt.reindexer().pause(job_id, reason, tenant=tenant))
-            raise
-        raise self.retry(exc=e, countdown=min(30, 2**tries)) from e
+            raise shown from None
+        raise self.retry(exc=shown, countdown=min(30, 2**tries)) from None
 
 
 def _refusal(task: Any, name: str, args: tuple[Any, ...], sig: Any) -> str | None:
