@@ -69,13 +69,14 @@ class Pipeline:
         """Shard ``k``'s ``role`` worker, not started yet (``workers.start_all``)."""
         return self.workers.solo(f"{role}-{k}", [f"memory.{role}.{k}"], **self.env(**extra))
 
-    def producer(self) -> Producer:
+    def producer(self, signing_key: str | None = None) -> Producer:
         return Producer.from_urls(
             self.broker_url,
             self.broker_url,
             spool_dir=self.spool,
             extract_shards=SHARDS,
             checkpoint_shards=SHARDS,
+            signing_key=signing_key,
         )
 
     def reader(self) -> Reader:

@@ -9,7 +9,6 @@ from tests.pipeline.conftest import SHARDS, Pipeline
 from tests.support.pg import dead_reason
 from tulip_memory.messages import Message, Role
 from tulip_ops.dev.embedded import run_async
-from tulip_producer import Producer
 from tulip_wire.events import encode, namespace_key, session_ended
 from tulip_wire.routing import ShardRouter
 from tulip_wire.signing import forged_event_id
@@ -30,14 +29,7 @@ def test_a_forged_event_on_the_broker_is_refused_and_the_victims_events_apply(
         ShardRouter("memory.extract", SHARDS).shard(namespace_key(victim)),
         TULIP_EVENT_SIGNING_KEY=KEY,
     )
-    signed = Producer.from_urls(
-        pipeline.broker_url,
-        pipeline.broker_url,
-        spool_dir=pipeline.spool,
-        extract_shards=SHARDS,
-        checkpoint_shards=SHARDS,
-        signing_key=KEY,
-    )
+    signed = pipeline.producer(KEY)
     # Any broker client can write a well-formed task message: here one with the
     # victim's key and a sequence number that would fence out every later event.
     forged = session_ended(victim, "t", said("My favourite colour is red."), ts=time.time())
