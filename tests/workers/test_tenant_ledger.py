@@ -95,10 +95,10 @@ async def test_a_marker_in_model_garbage_reaches_no_ledger_row_or_log_line(
     caplog.set_level(logging.INFO)
     assert await worker.handle(encode(env)) == DEAD
     status = await AsyncReader(store).status(env.id, tenant=tenant)
-    assert status.state == "dead" and (status.reason or "").startswith("ExtractionError (")
+    assert status.state == "dead" and (status.reason or "").startswith("UnusableAnswer (")
     assert marker not in (status.reason or "")
     assert marker not in caplog.text
-    assert any("ExtractionError" in r.getMessage() for r in caplog.records)
+    assert any("UnusableAnswer" in r.getMessage() for r in caplog.records)
     admin = await asyncpg.connect(postgres.admin_dsn)
     try:
         in_ledger = await admin.fetchval(

@@ -74,8 +74,11 @@ def parse_items(text: str) -> ParsedItems:
         # In prose, a list of no objects ("see [1]") is not the answer.
         if items is not None and (not items or any(isinstance(i, dict) for i in items)):
             return ParsedItems(items=tuple(items))
+    # The start of the answer, for the tenant's dead letter (logs and Flower see only
+    # the reason's class, length and hash).
     return ParsedItems(
-        error=f"no JSON list of memories in the model output ({len(text)} characters)"
+        error=f"no JSON list of memories in the model output ({len(text)} characters): "
+        f"{text[:200]!r}"
     )
 
 
