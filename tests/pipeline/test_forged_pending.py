@@ -87,7 +87,8 @@ def test_a_forged_pending_entry_is_not_served_and_never_becomes_durable(
         shard = ShardRouter("memory.checkpoint", SHARDS).shard(thread_key(T, thread))
         pipeline.start_shard(shard, role="checkpoint", TULIP_EVENT_SIGNING_KEY=KEY)
         deadline = time.monotonic() + 60
-        while stored(pipeline, thread) is None and time.monotonic() < deadline:
+        # Wait for the second save itself: the worker writes the first one before it.
+        while stored(pipeline, thread, last) is None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert stored(pipeline, thread, last) == second
         assert FORGED not in json.dumps(stored(pipeline, thread).to_checkpoint())  # type: ignore[union-attr]
