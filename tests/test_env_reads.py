@@ -71,6 +71,8 @@ def test_every_variable_is_declared_exactly_once() -> None:
         "TULIP_FLOWER_PASSWORD",
         "TULIP_FLOWER_URL",
         "TULIP_FLOWER_USER",
+        "TULIP_HTTP_DEMO_KEY",
+        "TULIP_HTTP_URL",
         "TULIP_METRICS_URL",
     ]
 

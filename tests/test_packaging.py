@@ -16,7 +16,14 @@ import pytest
 
 from tests.producer.queues import with_db
 
-PACKAGES = {"tulip_memory", "tulip_wire", "tulip_producer", "tulip_workers", "tulip_ops"}
+PACKAGES = {
+    "tulip_memory",
+    "tulip_wire",
+    "tulip_producer",
+    "tulip_workers",
+    "tulip_service",
+    "tulip_ops",
+}
 
 #: A user's own ``celeryconfig.py``: importing it leaves a mark.
 USER_CELERYCONFIG = """\

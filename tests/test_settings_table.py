@@ -8,7 +8,14 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("tulip_memory", "tulip_wire", "tulip_producer", "tulip_workers", "tulip_ops")
+PACKAGES = (
+    "tulip_memory",
+    "tulip_wire",
+    "tulip_producer",
+    "tulip_workers",
+    "tulip_service",
+    "tulip_ops",
+)
 DEPLOYMENT = ("docker-compose.yml", "Procfile", "Dockerfile", ".env.example")
 NAME = re.compile(r"\bTULIP_[A-Z0-9_]*[A-Z0-9]\b")
 

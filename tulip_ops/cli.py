@@ -146,8 +146,19 @@ def _parser() -> argparse.ArgumentParser:
     add_threads(sub)
 
     from tulip_ops.import_cli import add_parser as add_import
+    from tulip_ops.keys_cli import add_parser as add_keys
 
     add_import(sub)
+    add_keys(sub)
+
+    serve = sub.add_parser(
+        "serve", help="run the HTTP service (/v1, OpenAPI at /openapi.json; docs/http.md)"
+    )
+    serve.add_argument(
+        "--address", default="127.0.0.1", help="address to bind (default: 127.0.0.1)"
+    )
+    serve.add_argument("--port", type=int, help="port (default: TULIP_HTTP_PORT, else 8080)")
+    serve.set_defaults(run=_serve)
 
     metrics = sub.add_parser(
         "metrics", help="serve Prometheus /metrics: queue depths, dead letters, LLM slots"
@@ -204,6 +215,8 @@ def _dev(args: argparse.Namespace) -> int:
             print(f"Flower: {stack.flower.url} (user {stack.flower.user}, password in tulip.env)")
         if stack.metrics is not None:
             print(f"metrics: {stack.metrics.url}")
+        if stack.http is not None:
+            print(f"HTTP service: {stack.http.url} (a key of tenant demo: TULIP_HTTP_DEMO_KEY)")
         assert stack.workers is not None
         print(f"workers: {', '.join(stack.workers.pids())}", flush=True)
         if args.demo:
@@ -333,6 +346,12 @@ def _provision(args: argparse.Namespace) -> int:
         "reindex: BYPASSRLS, not superuser); migrations applied"
     )
     return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from tulip_service.serve import serve
+
+    return serve(args.address, args.port)
 
 
 def _metrics(args: argparse.Namespace) -> int:

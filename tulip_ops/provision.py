@@ -4,8 +4,8 @@ Run once per deployment and again after each upgrade, with the administrator DSN
 (``TULIP_DATABASE_ADMIN_URL``). It creates or brings back in line the roles of
 :mod:`tulip_memory.store.postgres.admin`, moves what an older deployment's
 application role owns to ``tulip_owner`` (existing deployments migrate in place),
-and runs the migrations of the event ledger, the dead letters and the memories
-table (``TULIP_MEMORY_TABLE``, vectors of ``TULIP_EMBED_*``) as the owner. The
+and runs the migrations of the event ledger, the dead letters, the HTTP service's API
+keys and the memories table (``TULIP_MEMORY_TABLE``, vectors of ``TULIP_EMBED_*``) as the owner. The
 application role never migrates; its stores verify the schema version at first use.
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from tulip_memory.store.postgres import PgMemory, provision_app_role
 from tulip_memory.store.postgres.admin import as_owner
+from tulip_service.keys import ApiKeys
 from tulip_workers.deadletters import DeadLetters
 
 
@@ -34,6 +35,7 @@ async def provision(
     )
     async with as_owner(admin_dsn) as conn:
         await DeadLetters().migrate(conn)
+        await ApiKeys().migrate(conn)
     for store in stores:
         await store.migrate()
     return app_dsn

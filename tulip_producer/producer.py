@@ -340,6 +340,14 @@ class _Publisher:
 
 
 @dataclass(frozen=True)
+class SavedCheckpoint:
+    """A published save: the checkpoint's id and its event's."""
+
+    checkpoint_id: str
+    event_id: str
+
+
+@dataclass(frozen=True)
 class _Pending:
     """A save's entry for its thread's pending list (:func:`tulip_wire.pending.entry_text`)."""
 
@@ -574,7 +582,16 @@ class Producer:
     def checkpoint_saved(
         self, thread_id: str, state: AgentState | Mapping[str, Any], *, tenant: str
     ) -> str:
-        """Publish ``tenant``'s thread's new state (or spool it); returns its checkpoint id.
+        """Publish ``tenant``'s thread's new state (or spool it); returns its checkpoint
+        id (:meth:`save_checkpoint` returns its event id too)."""
+        return self.save_checkpoint(thread_id, state, tenant=tenant).checkpoint_id
+
+    def save_checkpoint(
+        self, thread_id: str, state: AgentState | Mapping[str, Any], *, tenant: str
+    ) -> SavedCheckpoint:
+        """Publish ``tenant``'s thread's new state (or spool it); its checkpoint id and
+        the id of the event carrying it (``Reader.status`` of that id says when a
+        worker wrote it).
 
         Thread state is keyed by (tenant, thread id): the same thread id in another
         tenant is another thread. The event carries what changed since the last state
@@ -632,7 +649,7 @@ class Producer:
                 step.snapshot,
                 known_after(state, messages, count, step.snapshot.values.get(MESSAGES)),
             )
-        return checkpoint_id
+        return SavedCheckpoint(checkpoint_id, env.id)
 
     def _spool_text(self, text: str) -> None:
         self._spool.append(text)
@@ -821,10 +838,15 @@ class AsyncProducer:
     async def checkpoint_saved(
         self, thread_id: str, state: AgentState | Mapping[str, Any], *, tenant: str
     ) -> str:
+        return (await self.save_checkpoint(thread_id, state, tenant=tenant)).checkpoint_id
+
+    async def save_checkpoint(
+        self, thread_id: str, state: AgentState | Mapping[str, Any], *, tenant: str
+    ) -> SavedCheckpoint:
         lock = self._key_locks[stable_hash(thread_key(tenant, thread_id)) % KEY_LOCK_STRIPES]
         async with lock:
             return await asyncio.to_thread(
-                self.sync.checkpoint_saved, thread_id, state, tenant=tenant
+                self.sync.save_checkpoint, thread_id, state, tenant=tenant
             )
 
     async def flush(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109

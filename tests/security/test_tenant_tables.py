@@ -13,6 +13,7 @@ from tests.support.pg import app_store
 from tests.support.services import Postgres
 from tulip_memory.embeddings import HashingEmbedder
 from tulip_memory.ledger import TABLE as LEDGER
+from tulip_service.keys import TABLE as KEYS
 from tulip_workers.deadletters import TABLE as LETTERS
 
 #: The global tables (by suffix of their family's table) and every column each may
@@ -29,7 +30,8 @@ SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity,
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p')
-  AND (c.relname LIKE $1 || '%' OR c.relname LIKE $2 || '%' OR c.relname LIKE $3 || '%')
+  AND (c.relname LIKE $1 || '%' OR c.relname LIKE $2 || '%' OR c.relname LIKE $3 || '%'
+       OR c.relname LIKE $4 || '%')
 GROUP BY c.relname, c.relrowsecurity, c.relforcerowsecurity"""
 
 
@@ -38,7 +40,7 @@ async def test_every_table_is_its_tenants_or_holds_no_tenant(postgres: Postgres)
     store = app_store(postgres.app_dsn, table=name, embedder=HashingEmbedder(16))
     await store.put(("acme", "facts"), "k", "migrated")
     await store.close()
-    families = [t.rpartition(".")[2] for t in (f"public.{name}", LEDGER, LETTERS)]
+    families = [t.rpartition(".")[2] for t in (f"public.{name}", LEDGER, LETTERS, KEYS)]
     conn = await asyncpg.connect(postgres.admin_dsn)
     try:
         rows = await conn.fetch(CATALOG, *families)
@@ -61,5 +63,6 @@ async def test_every_table_is_its_tenants_or_holds_no_tenant(postgres: Postgres)
     scoped |= {"_df", "_turns_df", "_graphs"}
     scoped |= {"_reindex_jobs"}
     scoped |= {"_reindex_ranges", "tulip_event_ledger", "tulip_dead_letters"}
+    scoped |= {"tulip_api_keys"}  # the HTTP service's keys, each of a tenant
     assert sorted(seen["scoped"]) == sorted(scoped)
-    assert len(seen["global"]) == 4  # the slot registry and three migrations tables
+    assert len(seen["global"]) == 5  # the slot registry and four migrations tables

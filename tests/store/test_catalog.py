@@ -20,12 +20,18 @@ from tulip_memory.ledger import TABLE as LEDGER
 from tulip_memory.store import PgMemory
 from tulip_ops.dev.embedded import run_async
 from tulip_ops.provision import provision
+from tulip_service.keys import TABLE as KEYS
 from tulip_workers.deadletters import TABLE as LETTERS
 
 SNAPSHOTS = Path(__file__).parent / "catalog"
 MEMORIES = "public.memories"
 #: family -> the table its snapshot reads (the family's relations are its name and <name>_*).
-FAMILIES = {"memories": MEMORIES, "event_ledger": LEDGER, "dead_letters": LETTERS}
+FAMILIES = {
+    "memories": MEMORIES,
+    "event_ledger": LEDGER,
+    "dead_letters": LETTERS,
+    "api_keys": KEYS,
+}
 REGENERATE = ".venv/bin/python -m pytest tests/store/test_catalog.py --update-catalog"
 
 

@@ -1,9 +1,10 @@
 """``tulip-memory dev``: the whole stack on embedded services under one data directory.
 
 Starts Postgres 16 + pgvector and Redis (unix sockets), the workers of every role
-that has tasks (one solo worker per extract shard) and Flower, writes the settings
-it chose to ``tulip.env`` (see :mod:`tulip_ops.dev.envfile`; 0600: it holds the DSNs
-and the Flower password), and stops everything it started on exit. A second run on
+that has tasks (one solo worker per extract shard), the HTTP service (with a key of
+tenant ``demo``) and Flower, writes the settings it chose to ``tulip.env`` (see
+:mod:`tulip_ops.dev.envfile`; 0600: it holds the DSNs, the Flower password and the
+demo key), and stops everything it started on exit. A second run on
 the same data directory reuses the data: memories survive a restart. Two at once are
 refused (:mod:`tulip_ops.dev.lock`).
 """
@@ -19,6 +20,7 @@ from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis
 from tulip_ops.dev.envfile import render_env
 from tulip_ops.dev.exporter import MetricsExporter
 from tulip_ops.dev.flower import Flower
+from tulip_ops.dev.http import HttpService, demo_key
 from tulip_ops.dev.lock import DataDirLock
 from tulip_ops.dev.supervisor import POOLED, ROLES, Supervisor, role_specs
 
@@ -35,6 +37,7 @@ class DevStack:
     workers: Supervisor | None = None
     flower: Flower | None = None
     metrics: MetricsExporter | None = None
+    http: HttpService | None = None
     settings: dict[str, str] = field(default_factory=dict)
     lock: DataDirLock | None = None
 
@@ -59,6 +62,7 @@ class DevStack:
             self.metrics = MetricsExporter(env, self.data_dir / "logs" / "metrics.log").start()
             self.settings["TULIP_METRICS_URL"] = self.metrics.url
             self._write_env()
+            self._start_http(env)
             if self.with_flower:
                 self.flower = Flower(env, self.data_dir / "logs" / "flower.log").start()
                 self.settings["TULIP_FLOWER_URL"] = self.flower.url
@@ -85,6 +89,14 @@ class DevStack:
         )
         self._migrate_table()
 
+    def _start_http(self, env: dict[str, str]) -> None:
+        """The HTTP service, its URL and a demo key of tenant ``demo`` in ``tulip.env``."""
+        assert self.postgres is not None
+        self.http = HttpService(env, self.data_dir / "logs" / "http.log").start()
+        self.settings["TULIP_HTTP_URL"] = self.http.url
+        self.settings["TULIP_HTTP_DEMO_KEY"] = demo_key(self.postgres.admin_dsn)
+        self._write_env()
+
     def _migrate_table(self) -> None:
         """The configured memories table, migrated as the owner before any worker
         starts (the application role verifies, never migrates)."""
@@ -106,6 +118,9 @@ class DevStack:
         if self.flower is not None:
             self.flower.stop()
             self.flower = None
+        if self.http is not None:
+            self.http.stop()
+            self.http = None
         if self.metrics is not None:
             self.metrics.stop()
             self.metrics = None
