@@ -8,6 +8,7 @@ producer (a last bounded flush of its spool) and its database pool.
 from __future__ import annotations
 
 import logging
+import signal
 
 from tulip_service.backend import Backend
 from tulip_service.settings import ServiceSettings
@@ -36,5 +37,9 @@ def serve(address: str, port: int | None = None, settings: ServiceSettings | Non
     )
     server = uvicorn.Server(config)
     print(f"tulip-memory serve: http://{address}:{port} (OpenAPI at /openapi.json)", flush=True)
+    # uvicorn handles SIGTERM/SIGINT while it runs, then raises the signal again under
+    # the handlers it found: these make a drained stop exit 0, not die of the signal.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
     server.run()
     return 0 if server.started else 1
