@@ -7,6 +7,7 @@ path a client sent, so the label set stays bounded whatever the requests.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -72,4 +73,4 @@ class MetricsMiddleware:
 
 def _template(route: Any) -> str:
     path = getattr(route, "path", None)
-    return path.replace(":path}", "}") if isinstance(path, str) else UNMATCHED
+    return re.sub(r":\w+}", "}", path) if isinstance(path, str) else UNMATCHED

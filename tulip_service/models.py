@@ -8,12 +8,19 @@ too, with the same reason. Messages are the JSON shape of
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tulip_wire.events import MAX_THREAD_ID_CHARS
 
+#: The HTTP API's bounds on what travels in a URL: at their worst (every character a
+#: 4-byte one, percent-encoded) a query's namespace and text stay well under the 64 KiB
+#: request line the server reads.
+NAMESPACE_PARTS = 8
+PART_CHARS = 256
+QUERY_CHARS = 2048
+Part = Annotated[str, Field(min_length=1, max_length=PART_CHARS)]
 Role = Literal["system", "user", "assistant", "tool"]
 View = Literal["full", "compacted"]
 EventState = Literal["unknown", "pending", "applied", "superseded", "dead"]
@@ -44,8 +51,10 @@ class SessionEnded(BaseModel):
     """A session's end: its messages go to memory extraction, in order per namespace."""
 
     model_config = _STRICT
-    namespace: list[str] = Field(
-        min_length=1, description="namespace parts; the first is the credential's tenant"
+    namespace: list[Part] = Field(
+        min_length=1,
+        max_length=NAMESPACE_PARTS,
+        description="namespace parts; the first is the credential's tenant",
     )
     thread_id: str = Field(min_length=1, max_length=MAX_THREAD_ID_CHARS)
     messages: list[Message]

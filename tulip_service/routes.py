@@ -19,9 +19,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.security import HTTPBearer
 from pydantic import AwareDatetime
+from starlette.convertors import StringConvertor, register_url_convertor
 
 from tulip_memory.state import AgentState
-from tulip_memory.store.validation import MAX_QUERY_CHARS, validate_namespace
+from tulip_memory.store.validation import validate_namespace
 from tulip_producer.reader import MAX_RECALL_LIMIT
 from tulip_service import models
 from tulip_service.auth import Principal
@@ -42,9 +43,20 @@ from tulip_service.problems import (
     event_error,
 )
 
+
+class _ThreadId(StringConvertor):
+    """A thread id in a path: any text, ``/`` and line breaks included (Starlette's
+    ``path`` stops at a line break); what a thread id may be is the producer's to say."""
+
+    regex = r"[\s\S]*"
+
+
+register_url_convertor("thread", _ThreadId())
+
 _BEARER = HTTPBearer(auto_error=False, bearerFormat="API key (tulip_...) or JWT")
-#: What every authenticated route may answer besides its own.
-_AUTHED = (UNAUTHORIZED, INSUFFICIENT_SCOPE, *COMMON)
+#: What every authenticated route may answer besides its own (``404``: a path that
+#: names no route, an event id holding a ``/`` say).
+_AUTHED = (UNAUTHORIZED, INSUFFICIENT_SCOPE, NOT_FOUND, *COMMON)
 _PATH_THREAD = frozenset({"thread_id"})
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(_BEARER)])
@@ -78,9 +90,14 @@ async def writer(request: Request, who: Annotated[Principal, Depends(_caller)]) 
 Reader = Annotated[Principal, Depends(reader)]
 Writer = Annotated[Principal, Depends(writer)]
 Namespace = Annotated[
-    list[str],
-    Query(min_length=1, description="namespace parts, repeated; the first is your tenant"),
+    list[models.Part],
+    Query(
+        min_length=1,
+        max_length=models.NAMESPACE_PARTS,
+        description="namespace parts, repeated; the first is your tenant",
+    ),
 ]
+Text = Annotated[str, Query(max_length=models.QUERY_CHARS)]
 
 
 def responses(*kinds: Kind) -> dict[int | str, dict[str, Any]]:
@@ -134,7 +151,7 @@ async def session_ended(
 
 
 @router.post(
-    "/threads/{thread_id:path}/checkpoints",
+    "/threads/{thread_id:thread}/checkpoints",
     status_code=202,
     responses=responses(UNKNOWN_BASE),
     tags=["threads"],
@@ -189,7 +206,7 @@ def _at(field: str) -> ProblemError:
     return ProblemError(detail=f"see {field}", pointer=f"#/{field}")
 
 
-@router.get("/threads/{thread_id:path}", responses=responses(NOT_FOUND), tags=["threads"])
+@router.get("/threads/{thread_id:thread}", responses=responses(), tags=["threads"])
 async def load_thread(
     thread_id: str,
     request: Request,
@@ -224,7 +241,7 @@ async def recall(
     request: Request,
     who: Reader,
     namespace: Namespace,
-    q: Annotated[str | None, Query(max_length=MAX_QUERY_CHARS)] = None,
+    q: Annotated[str | None, Query(max_length=models.QUERY_CHARS)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_RECALL_LIMIT)] = 10,
 ) -> models.Memories:
     """The memories of ``namespace`` most relevant to ``q`` (the newest without one),
@@ -245,7 +262,7 @@ async def recall_turns(
     request: Request,
     who: Reader,
     namespace: Namespace,
-    q: Annotated[str, Query(max_length=MAX_QUERY_CHARS)],
+    q: Text,
     top_k: Annotated[int, Query(ge=1, le=MAX_RECALL_LIMIT)] = 5,
     threshold: Annotated[float | None, Query(allow_inf_nan=False)] = None,
     since: Annotated[AwareDatetime | None, Query()] = None,

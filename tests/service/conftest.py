@@ -73,19 +73,24 @@ def stack_env(broker_url: str, postgres: Postgres, data: Path, **extra: str) -> 
 
 
 @pytest.fixture(scope="module")
-def stack(postgres: Postgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(
+    postgres: Postgres, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Stack]:
+    """The module's stack; a module whose events need not be applied sets
+    ``WORKERS = False`` and gets no workers (seconds saved at start and stop)."""
     data = tmp_path_factory.mktemp("http")
     broker = EmbeddedRedis(data / "redis").start()
     env = stack_env(broker.url, postgres, data, TULIP_HTTP_MAX_BODY_BYTES=str(256 * 1024))
     workers = WorkerFactory(env, data)
     service = ServiceProcess(env, data / "service.log")
     try:
-        workers.start_all(
-            [
-                workers.solo("extract-0", ["memory.extract.0"]),
-                workers.solo("checkpoint-0", ["memory.checkpoint.0"]),
-            ]
-        )
+        if getattr(request.module, "WORKERS", True):
+            workers.start_all(
+                [
+                    workers.solo("extract-0", ["memory.extract.0"]),
+                    workers.solo("checkpoint-0", ["memory.checkpoint.0"]),
+                ]
+            )
         service.start()
         yield Stack(env, postgres.admin_dsn, service, workers)
     finally:

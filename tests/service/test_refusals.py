@@ -16,6 +16,7 @@ from tests.support.service import ServiceProcess
 from tulip_producer import Producer
 from tulip_wire.events import EventError
 
+WORKERS = False  # nothing here waits for an event to be applied
 LIMIT = 256 * 1024  # the module service's TULIP_HTTP_MAX_BODY_BYTES
 
 
@@ -87,7 +88,7 @@ def test_a_body_of_the_wrong_shape_names_the_field(
         ),
         ({"metadata": {"timestamp": "not a time"}}, "#/metadata/timestamp"),
         ({"thread_id": "a\u0000b"}, "#/thread_id"),
-        ({"namespace": ["TENANT", ""]}, "#/namespace/1"),
+        ({"namespace": ["TENANT", "a\u001fb"]}, "#/namespace/1"),
     ],
 )
 def test_what_the_producer_refuses_is_refused_with_its_reason(
