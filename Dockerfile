@@ -1,4 +1,4 @@
-# The image every tulip-memory process runs from (workers, Flower, CLI).
+# The image every tulip-memory process runs from (workers, the HTTP service, Flower, CLI).
 FROM python:3.11.11-slim
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 LITELLM_LOCAL_MODEL_COST_MAP=True
 WORKDIR /app
@@ -7,7 +7,7 @@ WORKDIR /app
 # layer is rebuilt only when pyproject.toml or constraints.txt change, not on every
 # code change.
 COPY pyproject.toml constraints.txt ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['server']))" > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt -c constraints.txt \
     && rm /tmp/requirements.txt
 
@@ -17,6 +17,7 @@ COPY tulip_memory ./tulip_memory
 COPY tulip_wire ./tulip_wire
 COPY tulip_producer ./tulip_producer
 COPY tulip_workers ./tulip_workers
+COPY tulip_service ./tulip_service
 COPY tulip_ops ./tulip_ops
 RUN pip install --no-deps -c constraints.txt . && useradd --create-home tulip
 USER tulip

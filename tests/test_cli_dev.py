@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import signal
 import stat
@@ -81,9 +82,18 @@ def test_dev_serves_until_interrupted_leaves_nothing_behind_and_the_demo_passes_
             exported = response.read().decode()
         assert 'tulip_queue_depth{queue="memory.extract.0"} 0.0' in exported
         assert "tulip_broker_up 1.0" in exported
+        # The HTTP service, and a key of tenant demo that works with it and no other.
+        demo_key = {"Authorization": f"Bearer {env['TULIP_HTTP_DEMO_KEY']}"}
+        mine = urllib.request.Request(
+            f"{env['TULIP_HTTP_URL']}/v1/memories?namespace=demo", headers=demo_key
+        )
+        with urllib.request.urlopen(mine, timeout=10) as response:
+            assert json.loads(response.read()) == {"memories": []}
+        assert _status(f"{env['TULIP_HTTP_URL']}/v1/memories?namespace=demo") == 401
         children = psutil.Process(proc.pid).children(recursive=True)
         assert len(children) >= 3  # two extract shard workers and Flower
         _assert_no_secret_in_any_cmdline(env["TULIP_FLOWER_PASSWORD"])
+        _assert_no_secret_in_any_cmdline(env["TULIP_HTTP_DEMO_KEY"])
         assert stat.S_IMODE((server_dir / "tulip.env").stat().st_mode) == 0o600
         assert stat.S_IMODE((server_dir / "redis").stat().st_mode) == 0o700
         proc.send_signal(signal.SIGINT)
