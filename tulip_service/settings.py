@@ -43,7 +43,7 @@ JWT_TENANT_CLAIM = Var("TULIP_HTTP_JWT_TENANT_CLAIM", "tenant", stripped)
 #: Seconds a stopping service lets requests in flight finish.
 DRAIN_SECONDS = Var("TULIP_HTTP_DRAIN_SECONDS", 30.0, seconds)
 #: Threads the service publishes through (each publish is a blocking broker round trip).
-PUBLISH_THREADS = Var("TULIP_HTTP_PUBLISH_THREADS", 32, positive)
+PUBLISH_THREADS = Var("TULIP_HTTP_PUBLISH_THREADS", 4, positive)
 #: Where ``tulip-memory serve`` listens unless ``--port`` says otherwise.
 PORT = Var("TULIP_HTTP_PORT", 8080, _port)
 
