@@ -3,57 +3,24 @@ API key of tenant ``demo`` for it (the previous run's is revoked first)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO
+from typing import ClassVar
 
-from tulip_ops.dev.flower import free_port, stop_child
-from tulip_ops.dev.supervisor import die_with_parent
+from tulip_ops.dev.exporter import LoopbackCommand
 
 DEMO_TENANT = "demo"
 DEMO_KEY_NAME = "tulip-memory dev"
 
 
 @dataclass
-class HttpService:
-    env: dict[str, str]
-    log: Path
-    port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
-    _out: IO[bytes] | None = None
+class HttpService(LoopbackCommand):
+    command: ClassVar[str] = "serve"
+    what: ClassVar[str] = "HTTP service"
+    probe: ClassVar[str] = "/healthz"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 60.0) -> HttpService:
-        self.port = self.port or free_port()
-        self._out = open(self.log, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(  # noqa: S603 - our own command line, no shell
-            [sys.executable, "-m", "tulip_ops.cli", "serve", f"--port={self.port}"],
-            env=self.env,
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=die_with_parent,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the HTTP service exited; see {self.log}")
-            try:
-                urllib.request.urlopen(f"{self.url}/healthz", timeout=5).close()  # noqa: S310
-                return self
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError(f"the HTTP service did not answer within {timeout}s; see {self.log}")
-
-    def stop(self) -> None:
-        stop_child(self.proc, self._out)
-        self._out = None
+        return self.base
 
 
 def demo_key(admin_dsn: str) -> str:
