@@ -54,6 +54,8 @@ DEFAULT_MAX_CLAIM_BYTES = 32 * 1024 * 1024
 #: JSON escapes of NUL and of UTF-16 surrogates: only with one of them in the body can
 #: the parsed text hold what no Postgres text column takes (checked precisely then).
 _SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
+#: The same in text as :func:`encode` writes it (lone surrogates stay raw there).
+_SUSPECT_TEXT = re.compile("\\\\u0000|[\ud800-\udfff]")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEX16 = re.compile(r"[0-9a-f]{16}")
 
@@ -234,11 +236,14 @@ def encode(env: Envelope) -> str:
     keeps is that much smaller); raises :class:`EventError` if it is not valid."""
     validate(env)
     try:
-        return json.dumps(env.to_dict(), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(env.to_dict(), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as e:
         where = non_json_value(env.payload)
         hint = " (times: an ISO 8601 string or epoch seconds)" if "datetime" in str(where) else ""
         raise EventError(f"not JSON-serializable: {where or e}{hint}", env.id) from e
+    if _SUSPECT_TEXT.search(text):  # refused here as a worker's decode would refuse it
+        _check_storable(env.to_dict(), env.id)
+    return text
 
 
 #: How :func:`encode` writes the ``seq`` of an envelope not yet numbered.

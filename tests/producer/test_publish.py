@@ -136,6 +136,9 @@ def test_seq_strictly_increases_per_key_in_queue_order_with_8_threads(
                 ("metadata", [1], r"messages\[0\]\.metadata must be an object, got list"),
                 ("tool_calls", "call", r"messages\[0\]\.tool_calls must be a list, got str"),
                 ("tool_calls", [{"id": 1}], r"messages\[0\]\.tool_calls\[0\] must be an"),
+                # Text no Postgres column holds: a worker's decode refuses it.
+                ("content", "my card is 4111\x00", "holds a NUL character"),
+                ("content", "half a pair \ud800", "lone UTF-16 surrogate"),
             ]
         ],
         (
