@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -42,7 +43,7 @@ async def stored_bytes(saver: TulipSaver, thread_id: str) -> int:
 async def test_a_chat_resumes_from_storage_and_keeps_each_message_once(
     make_saver: SaverFactory,
 ) -> None:
-    thread = {"configurable": {"thread_id": f"chat-{uuid.uuid4().hex[:6]}"}}
+    thread: RunnableConfig = {"configurable": {"thread_id": f"chat-{uuid.uuid4().hex[:6]}"}}
     saver = make_saver()
     app = chat(saver)
     turns = 60
@@ -68,7 +69,7 @@ async def test_a_chat_resumes_from_storage_and_keeps_each_message_once(
 
 
 async def test_an_async_graph_and_a_sync_graph_share_a_thread(make_saver: SaverFactory) -> None:
-    thread = {"configurable": {"thread_id": "mixed"}}
+    thread: RunnableConfig = {"configurable": {"thread_id": "mixed"}}
     saver = make_saver()
     app = chat(saver)
     await app.ainvoke(turn(0), thread)
@@ -82,7 +83,7 @@ async def test_writes_that_arrive_after_the_next_checkpoint_reach_theirs(
     make_saver: SaverFactory,
 ) -> None:
     saver = make_saver()
-    base = {"configurable": {"thread_id": "late", "checkpoint_ns": ""}}
+    base: RunnableConfig = {"configurable": {"thread_id": "late", "checkpoint_ns": ""}}
     first = await saver.aput(base, _checkpoint("1", {"a": "x"}), {"step": 0}, {"a": 1})
     second = await saver.aput(first, _checkpoint("2", {"a": "y"}), {"step": 1}, {"a": 2})
     await saver.aput_writes(second, [("a", "for-2")], "task-2")
@@ -100,10 +101,12 @@ async def test_writes_that_arrive_after_the_next_checkpoint_reach_theirs(
 
 async def test_writes_before_their_checkpoint_is_saved_are_kept(make_saver: SaverFactory) -> None:
     saver = make_saver()
-    config = {"configurable": {"thread_id": "early", "checkpoint_ns": "", "checkpoint_id": "1"}}
+    config: RunnableConfig = {
+        "configurable": {"thread_id": "early", "checkpoint_ns": "", "checkpoint_id": "1"}
+    }
     await saver.aput_writes(config, [("a", "early")], "task")
     assert await saver.aget_tuple(config) is None
-    base = {"configurable": {"thread_id": "early", "checkpoint_ns": ""}}
+    base: RunnableConfig = {"configurable": {"thread_id": "early", "checkpoint_ns": ""}}
     await saver.aput(base, _checkpoint("1", {}), {"step": 0}, {})
     found = await saver.aget_tuple(config)
     assert found is not None and found.pending_writes == [("task", "a", "early")]
@@ -111,7 +114,7 @@ async def test_writes_before_their_checkpoint_is_saved_are_kept(make_saver: Save
 
 async def test_tenants_never_see_each_others_threads(make_saver: SaverFactory) -> None:
     acme, globex = make_saver(tenant="acme"), make_saver(tenant="globex")
-    base = {"configurable": {"thread_id": "shared-id", "checkpoint_ns": ""}}
+    base: RunnableConfig = {"configurable": {"thread_id": "shared-id", "checkpoint_ns": ""}}
     await acme.aput(base, _checkpoint("1", {"a": "acme's"}), {"run_id": "r"}, {"a": 1})
     assert await globex.aget_tuple(base) is None
     assert [t async for t in globex.alist(None)] == []
@@ -128,7 +131,7 @@ async def test_another_process_writing_the_thread_in_between_loses_nothing(
     make_saver: SaverFactory,
 ) -> None:
     one, two = make_saver(), make_saver()
-    config: Any = {"configurable": {"thread_id": "handoff", "checkpoint_ns": ""}}
+    config: RunnableConfig = {"configurable": {"thread_id": "handoff", "checkpoint_ns": ""}}
     for i, saver in enumerate([one, two, one, two, one]):
         config = await saver.aput(config, _checkpoint(str(i), {"a": i}), {"step": i}, {"a": i})
         await saver.aput_writes(config, [("a", f"w{i}")], f"t{i}")
@@ -152,7 +155,7 @@ class Reversed(JsonPlusSerializer):
 
 async def test_values_and_writes_go_through_the_serializer(make_saver: SaverFactory) -> None:
     saver = make_saver(serde=Reversed())
-    thread = {"configurable": {"thread_id": "serde"}}
+    thread: RunnableConfig = {"configurable": {"thread_id": "serde"}}
     chat(saver).invoke({"messages": [HumanMessage("plain words here", id="h")]}, thread)
     newest = await saver.threads.load_data(delta_thread("serde", ""))
     assert newest is not None
