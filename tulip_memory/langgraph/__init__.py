@@ -7,5 +7,6 @@ Importing :mod:`tulip_memory` never imports LangGraph: only this package does.
 """
 
 from tulip_memory.langgraph.saver import TulipSaver
+from tulip_memory.langgraph.store import TulipStore
 
-__all__ = ["TulipSaver"]
+__all__ = ["TulipSaver", "TulipStore"]
