@@ -98,6 +98,19 @@ async def test_writes_that_arrive_after_the_next_checkpoint_reach_theirs(
     assert two.checkpoint["id"] == "2" and two.pending_writes == [("task-2", "a", "for-2")]
     assert two.checkpoint["channel_values"] == {"a": "y"}
 
+    # Later still: checkpoints 3 and 4 saved, then one more write of checkpoint 1.
+    third = await saver.aput(second, _checkpoint("3", {"a": "z"}), {"step": 2}, {"a": 3})
+    await saver.aput(third, _checkpoint("4", {"a": "w"}), {"step": 3}, {"a": 4})
+    await saver.aput_writes(first, [("c", "very-late")], "task-3")
+    listed = {t.checkpoint["id"]: t for t in [t async for t in saver.alist(base)]}
+    assert listed["1"].pending_writes == [
+        ("task-1", "a", "for-1"),
+        ("task-1", "b", "also-1"),
+        ("task-3", "c", "very-late"),
+    ]
+    assert listed["2"].pending_writes == [("task-2", "a", "for-2")]
+    assert listed["3"].pending_writes == listed["4"].pending_writes == []
+
 
 async def test_writes_before_their_checkpoint_is_saved_are_kept(make_saver: SaverFactory) -> None:
     saver = make_saver()

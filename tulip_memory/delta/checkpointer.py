@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -185,6 +185,15 @@ class DeltaCheckpointer:
         reading it as an agent state; None if not found. Treat it as read-only."""
         self._layout_only("load_data")
         return await self._log(thread_id).load(checkpoint_id, shared=True)
+
+    async def load_many(
+        self, thread_id: str, checkpoint_ids: Sequence[str | None]
+    ) -> tuple[list[str], dict[str | None, dict[str, Any]]]:
+        """The checkpoint data of several checkpoints (None: the latest) from one read
+        of the head, and every checkpoint id of the thread in the order saved (ids not
+        found are left out). Treat the data as read-only."""
+        self._layout_only("load_many")
+        return await self._log(thread_id).load_many(checkpoint_ids)
 
     def _layout_only(self, what: str) -> None:
         if self._records() is not None:

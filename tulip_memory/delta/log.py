@@ -175,6 +175,37 @@ class ThreadLog:
                 missing = e.key
         raise CorruptCheckpointError(missing, "object missing (deleted or never written)")
 
+    async def load_many(
+        self, checkpoint_ids: Sequence[str | None]
+    ) -> tuple[list[str], dict[str | None, dict[str, Any]]]:
+        """The states of several checkpoints (None: the latest) from one read of the
+        head, and every checkpoint id in the order saved; ids not found are left out.
+        Treat the states as read-only (as ``shared`` loads)."""
+        missing = ""
+        for _ in range(RACE_RETRIES + 1):
+            data = await self._head_bytes()
+            if data is None:
+                return [], {}
+            manifest, state = self._decode_head(data)
+            found: dict[str | None, dict[str, Any]] = {}
+            try:
+                for cid in dict.fromkeys(checkpoint_ids):
+                    seq = manifest.latest[0] if cid is None and manifest.latest else None
+                    seq = manifest.seq_of(cid) if cid is not None else seq
+                    if seq is None:
+                        continue
+                    latest = manifest.latest is not None and manifest.latest[0] == seq
+                    found[cid] = (
+                        decode_state(self.keys.head, state)
+                        if latest
+                        else await self._rebuild(manifest, seq, True)
+                    )
+            except _Missing as e:
+                missing = e.key
+                continue
+            return [cid for _, cid in manifest.checkpoints], found
+        raise CorruptCheckpointError(missing, "object missing (deleted or never written)")
+
     async def _rebuild(self, manifest: Manifest, seq: int, shared: bool) -> dict[str, Any]:
         """Checkpoint ``seq``, from cached objects where it can; when what it rebuilds
         from them fails its digest, read again from storage. Unless ``shared``, the

@@ -57,7 +57,9 @@ PRUNE_STRATEGIES = ("keep_latest", "delete")
 #: The id of a delta entry that only added pending writes.
 _WRITES_ENTRY = "\x1fw"
 
-Found = tuple[str, str, str, Document, Document]  # thread, ns, id, newest document, its own
+#: thread, namespace, checkpoint id, the newest document, the checkpoint's own, and the
+#: one holding its writes.
+Found = tuple[str, str, str, Document, Document, Document]
 
 
 class TulipSaver(BaseCheckpointSaver[int]):
@@ -221,13 +223,13 @@ class TulipSaver(BaseCheckpointSaver[int]):
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> tuple[str, str, builtins.list[builtins.list[Any]]]:
+    ) -> tuple[str, str, builtins.list[Any]]:
         thread_id, ns = _where(config)
         cid = config["configurable"]["checkpoint_id"]
         return thread_id, ns, docs.prepare_writes(self.serde, cid, writes, task_id, task_path)
 
     def _tuple(self, found: Found) -> CheckpointTuple:
-        thread_id, ns, cid, newest, own = found
+        thread_id, ns, cid, newest, own, holder = found
         entry = docs.index_entry(newest, cid)
         assert entry is not None  # _get and _list find only indexed checkpoints
         parent = entry[1]
@@ -239,23 +241,42 @@ class TulipSaver(BaseCheckpointSaver[int]):
             parent_config=(
                 {"configurable": {**where, "checkpoint_id": parent}} if parent else None
             ),
-            pending_writes=docs.read_writes(self.serde, newest, cid),
+            pending_writes=docs.read_writes(self.serde, holder, newest, cid),
         )
 
     # -- the portal's side: documents in and out of the delta storage -------------------
 
     async def _get(self, thread_id: str, ns: str, cid: str | None) -> Found | None:
+        found = await self._found(thread_id, ns, [cid])
+        return found[0] if found else None
+
+    async def _found(
+        self, thread_id: str, ns: str, cids: Sequence[str | None]
+    ) -> builtins.list[Found]:
+        """The checkpoints ``cids`` (None: the newest) of one namespace with the
+        documents they are read from: one read of the head, and one more when some
+        writes are held by older entries."""
         dt = delta_thread(thread_id, ns)
-        newest = await self.threads.load_data(dt)
+        entries, docs_by_id = await self.threads.load_many(dt, [None, *cids])
+        newest = docs_by_id.get(None)
         if newest is None:
-            return None
-        current = docs.checkpoint_id(newest)
-        if cid is None or cid == current:
-            return None if current is None else (thread_id, ns, current, newest, newest)
-        if docs.index_entry(newest, cid) is None:
-            return None
-        own = await self.threads.load_data(dt, cid)
-        return None if own is None else (thread_id, ns, cid, newest, own)
+            return []
+        wanted: builtins.list[str] = []
+        for cid in cids:
+            current = cid or docs.checkpoint_id(newest)
+            if current is not None and docs.index_entry(newest, current) is not None:
+                wanted.append(current)
+        holders = {cid: docs.writes_entry(newest, entries, cid) for cid in wanted}
+        more = [h for h in holders.values() if h is not None and h not in docs_by_id]
+        if more:
+            docs_by_id.update((await self.threads.load_many(dt, more))[1])
+        found: builtins.list[Found] = []
+        for cid in wanted:
+            own = newest if docs.checkpoint_id(newest) == cid else docs_by_id.get(cid)
+            holder = newest if holders[cid] is None else docs_by_id.get(holders[cid])
+            if own is not None and holder is not None:
+                found.append((thread_id, ns, cid, newest, own, holder))
+        return found
 
     async def _list(
         self,
@@ -266,27 +287,26 @@ class TulipSaver(BaseCheckpointSaver[int]):
     ) -> builtins.list[Found]:
         wanted = get_checkpoint_id(config) if config else None
         below = get_checkpoint_id(before) if before else None
-        picked: builtins.list[tuple[str, str, str, str, Document]] = []
+        picked: builtins.list[tuple[str, str, str]] = []
         for thread_id, ns in await self._places(config):
-            dt = delta_thread(thread_id, ns)
-            newest = await self.threads.load_data(dt)
+            newest = await self.threads.load_data(delta_thread(thread_id, ns))
             for entry in (newest or {}).get(docs.INDEX) or ():
                 cid = entry[0]
                 if (wanted and cid != wanted) or (below and not cid < below):
                     continue
                 if filter and not _matches(docs.read_metadata(self.serde, entry), filter):
                     continue
-                assert newest is not None
-                picked.append((cid, thread_id, ns, dt, newest))
-        picked.sort(key=lambda p: p[0], reverse=True)
+                picked.append((cid, thread_id, ns))
+        picked.sort(reverse=True)
         if limit is not None:
             picked = picked[: max(limit, 0)]
+        by_place: dict[tuple[str, str], builtins.list[str]] = {}
+        for cid, thread_id, ns in picked:
+            by_place.setdefault((thread_id, ns), []).append(cid)
         found: builtins.list[Found] = []
-        for cid, thread_id, ns, dt, newest in picked:
-            own = newest if docs.checkpoint_id(newest) == cid else None
-            own = own or await self.threads.load_data(dt, cid)
-            if own is not None:
-                found.append((thread_id, ns, cid, newest, own))
+        for (thread_id, ns), cids in by_place.items():
+            found.extend(await self._found(thread_id, ns, cids))
+        found.sort(key=lambda f: f[2], reverse=True)
         return found
 
     async def _places(self, config: RunnableConfig | None) -> builtins.list[tuple[str, str]]:
@@ -311,15 +331,13 @@ class TulipSaver(BaseCheckpointSaver[int]):
         where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": put.id}
         return {"configurable": where}
 
-    async def _put_writes(
-        self, thread_id: str, ns: str, items: builtins.list[builtins.list[Any]]
-    ) -> None:
-        if not items:
+    async def _put_writes(self, thread_id: str, ns: str, group: builtins.list[Any]) -> None:
+        if not group[3]:
             return
         await self._mark({namespace_key(thread_id, ns): ns.encode("utf-8", "surrogatepass")})
         dt = delta_thread(thread_id, ns)
         entry = _WRITES_ENTRY + secrets.token_hex(8)
-        await self.threads.update(dt, lambda current: docs.with_writes(current, items), entry)
+        await self.threads.update(dt, lambda current: docs.with_writes(current, group), entry)
 
     async def _mark(self, markers: dict[str, bytes]) -> None:
         """Write the markers this object has not written yet (remembered, bounded)."""
@@ -410,7 +428,7 @@ class TulipSaver(BaseCheckpointSaver[int]):
                 await self._drop(thread_id, ns, doc)
                 continue
             dropped = {e[0] for e in doc.get(docs.INDEX) or ()} - {cid}
-            dropped |= {w[0] for w in doc.get(docs.WRITES) or ()} - {cid}
+            dropped |= {g[0] for g in docs.groups(doc)} - {cid}
             dt = delta_thread(thread_id, ns)
             gone = docs.run_ids(self.serde, doc) - docs.run_ids(
                 self.serde, kept := docs.without(doc, dropped)
