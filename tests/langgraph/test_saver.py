@@ -155,6 +155,21 @@ async def test_another_process_writing_the_thread_in_between_loses_nothing(
         assert [t.checkpoint["channel_values"]["a"] for t in listed] == [4, 3, 2, 1, 0]
 
 
+async def test_a_thread_deleted_by_another_process_is_found_again_once_saved(
+    make_saver: SaverFactory,
+) -> None:
+    one, two = make_saver(), make_saver()
+    base: RunnableConfig = {"configurable": {"thread_id": "again", "checkpoint_ns": "child:1"}}
+    await one.aput(base, _checkpoint("1", {"a": 1}), {"run_id": "r"}, {"a": 1})
+    await two.adelete_thread("again")
+    await one.aput(base, _checkpoint("2", {"a": 2}), {"run_id": "r"}, {"a": 2})
+    await two.adelete_for_runs(["r"])  # the run's markers were written again
+    assert await one.aget_tuple(base) is None
+    await one.aput(base, _checkpoint("3", {"a": 3}), {"run_id": "s"}, {"a": 3})
+    await two.adelete_thread("again")  # so were the namespace's
+    assert await one.aget_tuple(base) is None
+
+
 class Reversed(JsonPlusSerializer):
     """A serializer whose bytes are not the value's (as an encrypting one's are not)."""
 

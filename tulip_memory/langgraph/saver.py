@@ -327,7 +327,21 @@ class TulipSaver(BaseCheckpointSaver[int]):
         if isinstance(run, str) and run:
             markers[run_key(run, dt)] = dt.encode("utf-8", "surrogatepass")
         await self._mark(markers)
-        await self.threads.update(dt, lambda current: docs.with_checkpoint(current, put), put.id)
+        unmarked: builtins.list[str] = []
+
+        def change(current: Document | None) -> tuple[Document, dict[str, int]]:
+            # What this object remembers writing may have been deleted since by another
+            # process (delete_thread, delete_for_runs): a new namespace, or a run new to
+            # it, gets its markers again.
+            if current is None or docs.checkpoint_id(current) is None:
+                unmarked.extend(markers)
+            elif isinstance(run, str) and run not in docs.run_ids(self.serde, current):
+                unmarked.append(run_key(run, dt))
+            return docs.with_checkpoint(current, put)
+
+        await self.threads.update(dt, change, put.id)
+        if unmarked:
+            await self.storage.write_objects({k: markers[k] for k in unmarked})
         where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": put.id}
         return {"configurable": where}
 
