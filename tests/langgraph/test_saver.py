@@ -170,6 +170,28 @@ async def test_a_thread_deleted_by_another_process_is_found_again_once_saved(
     assert await one.aget_tuple(base) is None
 
 
+async def test_deleting_the_last_run_keeps_the_writes_of_the_checkpoints_before(
+    make_saver: SaverFactory,
+) -> None:
+    saver = make_saver()
+    config: RunnableConfig = {"configurable": {"thread_id": "runs", "checkpoint_ns": ""}}
+    for i, run in enumerate(["a", "a", "b", "b", "b"]):
+        config = await saver.aput(config, _checkpoint(str(i), {"x": i}), {"run_id": run}, {"x": i})
+        await saver.aput_writes(config, [("x", f"w{i}")], f"t{i}")
+    await saver.adelete_for_runs(["b"])
+    listed = [t async for t in saver.alist({"configurable": {"thread_id": "runs"}})]
+    assert [(t.checkpoint["id"], t.pending_writes) for t in listed] == [
+        ("1", [("t1", "x", "w1")]),
+        ("0", [("t0", "x", "w0")]),
+    ]
+    latest = await saver.aget_tuple({"configurable": {"thread_id": "runs"}})
+    assert latest is not None and latest.checkpoint["channel_values"] == {"x": 1}
+    # and the thread goes on from there
+    await saver.aput(latest.config, _checkpoint("9", {"x": 9}), {"run_id": "c"}, {"x": 9})
+    again = await saver.aget_tuple(latest.config)
+    assert again is not None and again.pending_writes == [("t1", "x", "w1")]
+
+
 class Reversed(JsonPlusSerializer):
     """A serializer whose bytes are not the value's (as an encrypting one's are not)."""
 

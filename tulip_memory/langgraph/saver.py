@@ -477,6 +477,18 @@ class TulipSaver(BaseCheckpointSaver[int]):
         if not kept[docs.INDEX]:
             await self.threads.delete(dt)
             return
+        # The writes the head will keep: the new newest two checkpoints' (from the
+        # entries holding them, read before anything is deleted) and the late ones.
+        place = parse_delta_thread(dt)
+        assert place is not None  # the run markers name only this saver's threads
+        window = [e[0] for e in kept[docs.INDEX][-2:]]
+        groups = [
+            g
+            for found in await self._found(*place, window)
+            for g in docs.groups(found[5])
+            if g[0] == found[2]
+        ]
+        groups += [g for g in docs.groups(kept) if g not in groups and g[0] not in window]
         puts = {e[0] for e in index}
         current: str | None = None
         entries: builtins.list[str] = []
@@ -490,7 +502,7 @@ class TulipSaver(BaseCheckpointSaver[int]):
         own = await self.threads.load_data(dt, last)
         if own is None:
             return
-        final = {**own, docs.INDEX: kept[docs.INDEX], docs.WRITES: kept[docs.WRITES]}
+        final = {**own, docs.INDEX: kept[docs.INDEX], docs.WRITES: {"groups": groups}}
         entry = _WRITES_ENTRY + secrets.token_hex(8)
         await self.threads.update(dt, lambda _current: (final, None), entry)
 
