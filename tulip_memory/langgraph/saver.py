@@ -4,8 +4,8 @@ Each namespace of a LangGraph thread is one delta thread
 (:mod:`~tulip_memory.langgraph.threads`) whose state is a document
 (:mod:`~tulip_memory.langgraph.document`): a put stores what changed since the
 namespace's previous save (a step that appends messages stores those messages), the
-latest checkpoint is one GET, an older one two round trips, all as
-:mod:`tulip_memory.delta` lays out. Every operation runs on one private event loop
+latest checkpoint is one GET, an older one the head, its history objects and the entry
+holding its pending writes, all as :mod:`tulip_memory.delta` lays out. Every operation runs on one private event loop
 (a :class:`~tulip_memory._portal.Portal`), awaited from the caller's loop by the async
 methods and blocked on by the sync ones: one implementation of each, and the storage's
 locks and pools bound to one loop. Serializing and deserializing values happen on the
