@@ -656,14 +656,7 @@ class ThreadLog:
         existed = self.keys.head in page.keys
         if existed:
             await self.storage.delete_objects([self.keys.head])
-        history: list[str] = []
-        token: str | None = None
-        while True:
-            listing = await self.storage.list_objects(self.keys.log_prefix, start_after=token)
-            history.extend(listing.keys)
-            if not listing.truncated or not listing.keys:
-                break
-            token = listing.keys[-1]
+        history = await self.storage.list_all(self.keys.log_prefix)
         rest = history + ([self.keys.name] if self.keys.name else [])
         if rest:
             await self.storage.delete_objects(rest)
@@ -678,14 +671,7 @@ class ThreadLog:
         objects, never a thread without its new checkpoint."""
         if self.cache is not None:
             self.cache.drop(self.thread_id)
-        old: list[str] = []
-        token: str | None = None
-        while True:
-            listing = await self.storage.list_objects(self.keys.log_prefix, start_after=token)
-            old.extend(listing.keys)
-            if not listing.truncated or not listing.keys:
-                break
-            token = listing.keys[-1]
+        old = await self.storage.list_all(self.keys.log_prefix)
         level = self.policy.compression_level
         new = encode(data, None, level)
         payload = full_payload(new.latest)

@@ -5,8 +5,8 @@ Each namespace of a LangGraph thread is one delta thread
 (:mod:`~tulip_memory.langgraph.document`): a put stores what changed since the
 namespace's previous save (a step that appends messages stores those messages), the
 latest checkpoint is one GET, an older one the head, its history objects and the entry
-holding its pending writes, all as :mod:`tulip_memory.delta` lays out. Every operation runs on one private event loop
-(a :class:`~tulip_memory._portal.Portal`), awaited from the caller's loop by the async
+holding its pending writes, all as :mod:`tulip_memory.delta` lays out. Every operation
+runs on one private event loop (a :class:`~tulip_memory._portal.Portal`), awaited from the caller's loop by the async
 methods and blocked on by the sync ones: one implementation of each, and the storage's
 locks and pools bound to one loop. Serializing and deserializing values happen on the
 caller's side of it.
@@ -371,19 +371,9 @@ class TulipSaver(BaseCheckpointSaver[int]):
             await self.storage.delete_objects(keys)
 
     async def _namespaces(self, thread_id: str) -> builtins.list[str]:
-        keys = await self._keys(namespaces_prefix(thread_id))
+        keys = await self.storage.list_all(namespaces_prefix(thread_id))
         got = await self.storage.read_objects(keys) if keys else {}
         return sorted(v.decode("utf-8", "surrogatepass") for v in got.values() if v is not None)
-
-    async def _keys(self, prefix: str) -> builtins.list[str]:
-        keys: builtins.list[str] = []
-        token: str | None = None
-        while True:
-            page = await self.storage.list_objects(prefix, start_after=token)
-            keys.extend(page.keys)
-            if not page.truncated or not page.keys:
-                return keys
-            token = page.keys[-1]
 
     async def _drop(self, thread_id: str, ns: str, newest: Document | None) -> None:
         """Delete one namespace: its delta thread, then its markers."""
@@ -454,7 +444,7 @@ class TulipSaver(BaseCheckpointSaver[int]):
         runs = set(run_ids)
         places: dict[str, list[str]] = {}
         for run in runs:
-            keys = await self._keys(runs_prefix(run))
+            keys = await self.storage.list_all(runs_prefix(run))
             got = await self.storage.read_objects(keys) if keys else {}
             for key, value in got.items():
                 if value is not None:
