@@ -6,10 +6,10 @@ Each namespace of a LangGraph thread is one delta thread
 namespace's previous save (a step that appends messages stores those messages), the
 latest checkpoint is one GET, an older one the head, its history objects and the entry
 holding its pending writes, all as :mod:`tulip_memory.delta` lays out. Every operation
-runs on one private event loop (a :class:`~tulip_memory._portal.Portal`), awaited from the caller's loop by the async
-methods and blocked on by the sync ones: one implementation of each, and the storage's
-locks and pools bound to one loop. Serializing and deserializing values happen on the
-caller's side of it.
+runs on one private event loop (a :class:`~tulip_memory._portal.Portal`), awaited from
+the caller's loop by the async methods and blocked on by the sync ones: one
+implementation of each, and the storage's locks and pools bound to one loop.
+Serializing and deserializing values happen on the caller's side of it.
 """
 
 from __future__ import annotations
