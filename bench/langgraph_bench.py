@@ -360,8 +360,12 @@ def stores(args: argparse.Namespace) -> None:
         setup = PgMemory(
             services.app_dsn, table=recall.TABLE, embedder=emb, migrator=services.admin_dsn
         )
-        asyncio.run(setup.clear_namespace(("setup", "x")))
-        asyncio.run(setup.close())
+
+        async def migrate() -> None:
+            await setup.clear_namespace(("setup", "x"))  # runs the migrations
+            await setup.close()
+
+        asyncio.run(migrate())
         peer = stack.enter_context(recall.peer_store(services.admin_dsn, emb))
         if peer is None:
             return

@@ -257,7 +257,14 @@ class TulipSaver(BaseCheckpointSaver[int]):
         documents they are read from: one read of the head, and one more when some
         writes are held by older entries."""
         dt = delta_thread(thread_id, ns)
-        entries, docs_by_id = await self.threads.load_many(dt, [None, *cids])
+        entries: builtins.list[str] = []
+        docs_by_id: dict[str | None, Document] = {}
+        if all(cid is None for cid in cids):  # the newest: its head alone, no manifest read
+            only = await self.threads.load_data(dt)
+            if only is not None:
+                docs_by_id[None] = only
+        else:
+            entries, docs_by_id = await self.threads.load_many(dt, [None, *cids])
         newest = docs_by_id.get(None)
         if newest is None:
             return []
