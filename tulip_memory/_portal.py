@@ -31,6 +31,15 @@ class Portal:
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return future.result(timeout)
 
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` run on the portal's loop, from another event loop (so what it
+        binds to a loop, locks and pools, is bound to the portal's, whichever loop the
+        caller is on)."""
+        if self._loop.is_closed():
+            coro.close()
+            raise RuntimeError("portal is closed")
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
     def close(self) -> None:
         """Stop the loop and join the thread; idempotent."""
         if self._loop.is_closed():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -16,7 +16,7 @@ from tulip_memory.delta.errors import InvalidCheckpointIdError
 from tulip_memory.delta.history import HistoryCache
 from tulip_memory.delta.keys import check_thread_id
 from tulip_memory.delta.layout import Policy
-from tulip_memory.delta.log import ThreadLog
+from tulip_memory.delta.log import Change, ThreadLog
 from tulip_memory.delta.manifest import to_micros
 from tulip_memory.delta.memory import InMemoryDeltaStorage
 from tulip_memory.delta.models import CheckpointMetadata
@@ -156,6 +156,50 @@ class DeltaCheckpointer:
         async with self._writing(thread_id):
             return await self._log(thread_id).append_onto_written(
                 state, checkpoint_id, to_micros(datetime.now(UTC)), base=base, digest=digest
+            )
+
+    async def update(self, thread_id: str, change: Change, checkpoint_id: str) -> None:
+        """Save as ``checkpoint_id`` what ``change`` makes of the thread's latest state
+        (its checkpoint data, None for a new thread), read and written under the
+        thread's write lock; nothing when ``change`` returns None. Not in the seed: for
+        states that are not agent states (:mod:`tulip_memory.langgraph`)."""
+        self._layout_only("update")
+        _check_checkpoint_id(checkpoint_id)
+        check_thread_id(thread_id)
+        async with self._writing(thread_id):
+            await self._log(thread_id).append(change, checkpoint_id, to_micros(datetime.now(UTC)))
+
+    async def replace(self, thread_id: str, data: dict[str, Any], checkpoint_id: str) -> None:
+        """Make ``data`` the thread's only checkpoint, its history deleted (not in the
+        seed: what pruning a thread to its latest state needs)."""
+        self._layout_only("replace")
+        _check_checkpoint_id(checkpoint_id)
+        check_thread_id(thread_id)
+        async with self._writing(thread_id):
+            await self._log(thread_id).replace(data, checkpoint_id, to_micros(datetime.now(UTC)))
+
+    async def load_data(
+        self, thread_id: str, checkpoint_id: str | None = None
+    ) -> dict[str, Any] | None:
+        """The checkpoint data of a checkpoint (the latest if None) as saved, without
+        reading it as an agent state; None if not found. Treat it as read-only."""
+        self._layout_only("load_data")
+        return await self._log(thread_id).load(checkpoint_id, shared=True)
+
+    async def load_many(
+        self, thread_id: str, checkpoint_ids: Sequence[str | None]
+    ) -> tuple[list[str], dict[str | None, dict[str, Any]]]:
+        """The checkpoint data of several checkpoints (None: the latest) from one read
+        of the head, and every checkpoint id of the thread in the order saved (ids not
+        found are left out). Treat the data as read-only."""
+        self._layout_only("load_many")
+        return await self._log(thread_id).load_many(checkpoint_ids)
+
+    def _layout_only(self, what: str) -> None:
+        if self._records() is not None:
+            raise TypeError(
+                f"{what} needs a storage with the object contract (S3, file, "
+                f"InMemoryObjectStorage); {type(self.storage).__name__} keeps records only"
             )
 
     async def load(

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from tulip_memory.delta.cache import Cached, LatestCache
 from tulip_memory.delta.codec import compress, dumps
@@ -61,6 +61,16 @@ if TYPE_CHECKING:
     from tulip_memory.delta.storage import DeltaStorage
 
 log = logging.getLogger(__name__)
+
+#: A save computed from the thread's latest state (None: no checkpoint yet): the new
+#: state's data and, per top-level list, how many of its first items are the latest
+#: state's own objects (see :func:`~tulip_memory.delta.segments.encode`); None for
+#: "nothing to save". Called under the thread's write lock, with what the save builds on.
+Change: TypeAlias = Callable[
+    [dict[str, Any] | None], tuple[dict[str, Any], dict[str, int] | None] | None
+]
+#: What a save stores: an agent state, its checkpoint data, or a change.
+Saved: TypeAlias = "AgentState | dict[str, Any] | Change"
 
 #: A load that finds an object gone (a concurrent save merged it) re-reads the head
 #: and tries again, at most this many times.
@@ -163,6 +173,37 @@ class ThreadLog:
                 return await self._rebuild(manifest, seq, shared)
             except _Missing as e:
                 missing = e.key
+        raise CorruptCheckpointError(missing, "object missing (deleted or never written)")
+
+    async def load_many(
+        self, checkpoint_ids: Sequence[str | None]
+    ) -> tuple[list[str], dict[str | None, dict[str, Any]]]:
+        """The states of several checkpoints (None: the latest) from one read of the
+        head, and every checkpoint id in the order saved; ids not found are left out.
+        Treat the states as read-only (as ``shared`` loads)."""
+        missing = ""
+        for _ in range(RACE_RETRIES + 1):
+            data = await self._head_bytes()
+            if data is None:
+                return [], {}
+            manifest, state = self._decode_head(data)
+            found: dict[str | None, dict[str, Any]] = {}
+            try:
+                for cid in dict.fromkeys(checkpoint_ids):
+                    seq = manifest.latest[0] if cid is None and manifest.latest else None
+                    seq = manifest.seq_of(cid) if cid is not None else seq
+                    if seq is None:
+                        continue
+                    latest = manifest.latest is not None and manifest.latest[0] == seq
+                    found[cid] = (
+                        decode_state(self.keys.head, state)
+                        if latest
+                        else await self._rebuild(manifest, seq, True)
+                    )
+            except _Missing as e:
+                missing = e.key
+                continue
+            return [cid for _, cid in manifest.checkpoints], found
         raise CorruptCheckpointError(missing, "object missing (deleted or never written)")
 
     async def _rebuild(self, manifest: Manifest, seq: int, shared: bool) -> dict[str, Any]:
@@ -304,10 +345,9 @@ class ThreadLog:
             return head, None, None
         return head, latest, None
 
-    async def append(
-        self, state: AgentState | dict[str, Any], checkpoint_id: str, created_us: int
-    ) -> None:
-        """Save ``state`` (an agent state or its checkpoint data) as checkpoint
+    async def append(self, state: Saved, checkpoint_id: str, created_us: int) -> None:
+        """Save ``state`` (an agent state, its checkpoint data, or a :data:`Change` of
+        the latest state: nothing is saved when it returns None) as checkpoint
         ``checkpoint_id``, the thread's newest.
 
         Raises :class:`~tulip_memory.delta.errors.StateNotSerializableError` before
@@ -327,7 +367,10 @@ class ThreadLog:
             return
         head, base, known = await self._head_for_write()
         level = self.policy.compression_level
-        data, counts = _state_data(state, known if isinstance(base, Latest) else None)
+        found = _state_data(state, known if isinstance(base, Latest) else None, base)
+        if found is None:
+            return
+        data, counts = found
         new = encode(data, base if isinstance(base, Latest) else None, level, counts)
         seq = head.manifest.seq_of(checkpoint_id) if head else None
         if head is not None and seq is not None:
@@ -336,7 +379,10 @@ class ThreadLog:
                 return  # the same save again (a retry): nothing to do
             await self.delete_checkpoint(checkpoint_id)  # a new state under an old id
             head, base, known = await self._head_for_write()
-            data, counts = _state_data(state, known if isinstance(base, Latest) else None)
+            found = _state_data(state, known if isinstance(base, Latest) else None, base)
+            if found is None:
+                return
+            data, counts = found
             new = encode(data, base if isinstance(base, Latest) else None, level, counts)
         manifest = head.manifest if head else None
         previous = base.data if isinstance(base, Latest) else base
@@ -390,7 +436,7 @@ class ThreadLog:
     async def _append_onto(
         self,
         written: Cached,
-        state: AgentState | dict[str, Any],
+        state: Saved,
         checkpoint_id: str,
         created_us: int,
         digest: str | None = None,
@@ -403,7 +449,10 @@ class ThreadLog:
         if manifest.seq_of(checkpoint_id) is not None:
             return False  # a retry or a replacement: the reading path handles those
         level = self.policy.compression_level
-        data, counts = _state_data(state, written.known)
+        found = _state_data(state, written.known, base)
+        if found is None:
+            return False  # nothing to save, says a head that may be stale: read it
+        data, counts = found
         new = encode(data, base, level, counts)
         if digest is not None and new.latest.digest != digest:
             return False
@@ -607,20 +656,34 @@ class ThreadLog:
         existed = self.keys.head in page.keys
         if existed:
             await self.storage.delete_objects([self.keys.head])
-        history: list[str] = []
-        token: str | None = None
-        while True:
-            listing = await self.storage.list_objects(self.keys.log_prefix, start_after=token)
-            history.extend(listing.keys)
-            if not listing.truncated or not listing.keys:
-                break
-            token = listing.keys[-1]
+        history = await self.storage.list_all(self.keys.log_prefix)
         rest = history + ([self.keys.name] if self.keys.name else [])
         if rest:
             await self.storage.delete_objects(rest)
         if self.history is not None:
             self.history.forget_prefix(self.keys.log_prefix)
         return existed or bool(history)
+
+    async def replace(self, data: dict[str, Any], checkpoint_id: str, created_us: int) -> None:
+        """Make ``data`` the thread's only checkpoint: the new head (one snapshot, no
+        history) is written over the old one, the commit point, then every history
+        object the old head listed is deleted. A crash in between leaves unreferenced
+        objects, never a thread without its new checkpoint."""
+        if self.cache is not None:
+            self.cache.drop(self.thread_id)
+        old = await self.storage.list_all(self.keys.log_prefix)
+        level = self.policy.compression_level
+        new = encode(data, None, level)
+        payload = full_payload(new.latest)
+        step = await self._append_step(None, new.latest, checkpoint_id, created_us, payload)
+        sections = HeadState(tuple(new.latest.sections(level)))
+        await self._commit(step, sections, None, write_name=True)
+        fresh = {self.keys.log(name) for name in step.writes}
+        stale = [k for k in old if k not in fresh]
+        if stale:
+            await self.storage.delete_objects(stale)
+        if self.history is not None:
+            self.history.forget(stale)
 
     def _remember(self, objects: dict[str, bytes]) -> None:
         """History objects just committed, decoded from their bytes into the history
@@ -669,15 +732,20 @@ def _same(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _state_data(
-    state: AgentState | dict[str, Any], known: Known | None
-) -> tuple[dict[str, Any], dict[str, int] | None]:
+    state: Saved, known: Known | None, base: Latest | dict[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, int] | None] | None:
     """The checkpoint data of ``state`` and how many of its messages are ``known``'s
-    (for :func:`~tulip_memory.delta.segments.encode`)."""
-    return checkpoint_data(state, known) if isinstance(state, AgentState) else (state, None)
+    (for :func:`~tulip_memory.delta.segments.encode`); a change is computed from
+    ``base``, the latest state (None when it returns None: nothing to save)."""
+    if isinstance(state, AgentState):
+        return checkpoint_data(state, known)
+    if isinstance(state, dict):
+        return state, None
+    return state(base.data if isinstance(base, Latest) else base)
 
 
 def _known_after(
-    state: AgentState | dict[str, Any],
+    state: Saved,
     known: Known | None,
     counts: dict[str, int] | None,
     latest: Latest,

@@ -89,6 +89,17 @@ class DeltaStorage(ABC):  # noqa: B024 - abstract through one of two contracts, 
         """Keys starting with ``prefix`` and after ``start_after``, in key order."""
         raise self._no_objects()
 
+    async def list_all(self, prefix: str) -> list[str]:
+        """Every key starting with ``prefix``, page by page, in key order."""
+        keys: list[str] = []
+        token: str | None = None
+        while True:
+            page = await self.list_objects(prefix, start_after=token)
+            keys.extend(page.keys)
+            if not page.truncated or not page.keys:
+                return keys
+            token = page.keys[-1]
+
     def _no_objects(self) -> NotImplementedError:
         return NotImplementedError(
             f"{type(self).__name__} implements the record contract "

@@ -15,7 +15,9 @@ query both list the most recent first.
 from __future__ import annotations
 
 import json
+import math
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -37,6 +39,7 @@ from tulip_memory.store.validation import (
     validate_key,
     validate_limit,
     validate_namespace,
+    validate_query,
     validate_threshold,
     validate_vector,
     validate_write,
@@ -209,9 +212,30 @@ class InMemoryStore(BatchFirstStore):
             out.append(SemanticSearchResult(item=_materialize(row), score=score, distance=dist))
         return out
 
+    async def search_across(
+        self,
+        namespaces: Sequence[tuple[str, ...]],
+        query: str | None = None,
+        limit: int = 10,
+    ) -> list[SemanticSearchResult]:
+        """One ranking over the rows of several namespaces, as ``PgMemory``'s: by cosine
+        distance with a query (rows without a vector last, unscored), most recent first
+        without one."""
+        scope = frozenset(validate_namespace(ns) for ns in namespaces)
+        query, limit = validate_query(query), validate_limit(limit)
+        if not scope or not limit:
+            return []
+        qvec = vector_or_none((await self._encoder.aembed([query]))[0]) if query else None
+        out = []
+        for row, dist in self._ranked(scope, qvec, limit):
+            known = qvec is not None and not math.isnan(dist)
+            score = score_of(dist) if known else 0.0
+            out.append(SemanticSearchResult(_materialize(row), score, dist if known else None))
+        return out
+
     def _ranked(
         self,
-        ns: tuple[str, ...],
+        ns: tuple[str, ...] | frozenset[tuple[str, ...]],
         qvec: Vectors | None,
         limit: int | None,
         metadata_filter: dict[str, Any] | None = None,
@@ -222,8 +246,9 @@ class InMemoryStore(BatchFirstStore):
         """Rows of ``ns`` (whose text contains ``containing``, if given): by cosine
         distance to ``qvec`` (rows without a vector last), then most recent first,
         then key."""
+        scope = ns if isinstance(ns, frozenset) else frozenset((ns,))
         with self._lock:
-            rows = [r for (n, _), r in self._rows.items() if n == ns]
+            rows = [r for (n, _), r in self._rows.items() if n in scope]
         if containing is not None:
             rows = [r for r in rows if containing in r.text]
         if metadata_filter:

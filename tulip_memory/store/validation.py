@@ -168,11 +168,27 @@ class ValidWrite:
     content: str
 
 
+@dataclass(frozen=True)
+class Indexed:
+    """A value to store with the text it is searched by, when that is not all of its
+    text (``""``: found by no query): LangGraph's ``index=False`` or ``index=[fields]``
+    (:mod:`tulip_memory.langgraph.store`). Every backend stores ``value`` itself."""
+
+    value: Any
+    text: str
+
+
 def validate_write(namespace: Any, key: Any, value: Any, metadata: Any) -> ValidWrite:
     """Check a ``put``'s arguments, or raise naming what is wrong (nothing written)."""
     ns = validate_namespace(namespace)
     k = validate_key(key)
     md = validate_metadata(metadata)
+    if isinstance(value, Indexed):
+        if not isinstance(value.text, str):
+            raise TypeError(f"indexed text must be a str, got {type(value.text).__name__}")
+        text = value.text
+        value_json = encode_json(value.value, "value")
+        return ValidWrite(ns, k, value_json, encode_json(md, "metadata"), text)
     value_json = encode_json(value, "value")
     return ValidWrite(ns, k, value_json, encode_json(md, "metadata"), content_of(value))
 
