@@ -253,7 +253,7 @@ def _postgres(args: argparse.Namespace, conversations: list[list[AnyMessage]]) -
         mod = importlib.import_module("langgraph.checkpoint.postgres")
     except ImportError as e:
         return SaverRow("PostgresSaver", note=f"not installed ({e})")
-    import psycopg
+    psycopg: Any = importlib.import_module("psycopg")  # the langgraph-bench extra's
 
     with postgres_dsn() as dsn, mod.PostgresSaver.from_conn_string(dsn) as saver:
         saver.setup()
@@ -262,7 +262,7 @@ def _postgres(args: argparse.Namespace, conversations: list[list[AnyMessage]]) -
             with psycopg.connect(dsn) as conn:
                 sql = "SELECT sum(pg_total_relation_size(c)) FROM unnest(%s::regclass[]) c"
                 tables = ["checkpoints", "checkpoint_blobs", "checkpoint_writes"]
-                return int(conn.execute(sql, (tables,)).fetchone()[0])  # type: ignore[index]
+                return int(conn.execute(sql, (tables,)).fetchone()[0])
 
         return run_saver("PostgresSaver", saver, conversations, args.loads, size)
 
