@@ -51,12 +51,15 @@ from kombu import Connection, Queue
 from kombu.utils.json import dumps as kombu_dumps
 
 import tulip_wire
-from tulip_wire.events import CHECKPOINT_SAVED, TASKS, Encoded
-from tulip_wire.published import PUBLISHED_KEY_PREFIX
+from tulip_producer.quota import PublishQuota
+from tulip_producer.settings import ProducerSettings
+from tulip_wire.events import CHECKPOINT_SAVED, TASKS, Encoded, tenant_of_key
+from tulip_wire.numbering import FUNCTIONS, OVER_QUOTA
+from tulip_wire.published import PublishedEvents
 from tulip_wire.routing import ShardRouter
 from tulip_wire.scripts import lua
 from tulip_wire.shardlayout import layout_key
-from tulip_wire.topology import SEQ_KEY_PREFIX
+from tulip_wire.topology import quota_key, seq_key
 
 _SCRIPT = lua(tulip_wire.__file__, "publish_direct.lua")
 #: The fields of one event in a message; ``env`` is the envelope, ``seq`` its number.
@@ -218,19 +221,27 @@ class DirectPublisher:
     """Numbers and enqueues an event with one script call (see the module doc)."""
 
     def __init__(
-        self, client: redis.Redis, status_ttl: float, templates: Mapping[str, MessageTemplate]
+        self,
+        client: redis.Redis,
+        settings: ProducerSettings,
+        templates: Mapping[str, MessageTemplate],
     ) -> None:
-        self._ttl_ms = int(status_ttl * 1000)
+        self._ttl_ms = int(settings.status_ttl * 1000)
+        self._seq_idle_ms = int(settings.seq_idle_ttl * 1000)
+        self._quota: PublishQuota = settings.quota
         self._templates = dict(templates)
-        prelude = f"local SEQ_PREFIX = {_lua_string(SEQ_KEY_PREFIX)}\n"
         self._scripts = {
-            task: client.register_script(template.lua() + prelude + _SCRIPT)
+            task: client.register_script(template.lua() + FUNCTIONS + _SCRIPT)
             for task, template in self._templates.items()
         }
 
     @classmethod
     def create(
-        cls, client: redis.Redis, status_ttl: float, app: Celery, queue: Callable[[str], Queue]
+        cls,
+        client: redis.Redis,
+        settings: ProducerSettings,
+        app: Celery,
+        queue: Callable[[str], Queue],
     ) -> Self | None:
         """A direct publisher of every event type, or None when a task's message cannot
         be templated (then the general path publishes)."""
@@ -240,16 +251,22 @@ class DirectPublisher:
             if template is None:
                 return None
             templates[task] = template
-        return cls(client, status_ttl, templates)
+        return cls(client, settings, templates)
 
     def publish(
-        self, wire: Encoded, router: ShardRouter, pending: PendingPush | None = None
+        self,
+        wire: Encoded,
+        router: ShardRouter,
+        pending: PendingPush | None = None,
+        *,
+        quota: bool = True,
     ) -> int | None:
         """Publish ``wire`` on ``router``'s queue, numbered by the script (and, for a
         checkpoint save, its ``pending`` entry appended in the same script, so the
         pending list is in the order of the sequence numbers); the sequence number it
         got, or ``None`` when the layout record disagrees with ``router`` (then nothing
-        was done)."""
+        was done). Over its tenant's quota (``quota``: checked), raises
+        :class:`~tulip_producer.quota.QuotaExceeded` and nothing was done."""
         env = wire.env
         queue = router.queue(env.key)
         task = TASKS[env.type]
@@ -265,16 +282,19 @@ class DirectPublisher:
         values = self._templates[task].values(
             id=env.id, tag=delivery_tag(), head=wire.head, tail=tail, rest=rest, escape=not raw
         )
-        keys = [SEQ_KEY_PREFIX + env.key, PUBLISHED_KEY_PREFIX + env.id]
-        keys += [layout_key(router.prefix), queue]
-        # the ordering key (the published marker's value) is the script's: KEYS[1]'s end
+        tenant = tenant_of_key(env.key)
+        keys = [seq_key(env.key), PublishedEvents.key(env.id)]
+        keys += [layout_key(router.prefix), queue, quota_key(tenant)]
         args: list[str | int] = [self._ttl_ms, str(router.shards), *values, shared]
         args.append(int(raw))
         args += [self._templates[task].process.get(name, "") for name in _PROCESS]
+        args += [self._seq_idle_ms, env.key, *(self._quota.args() if quota else ("0", 0))]
         if pending is not None:
             keys.append(pending.key)
             args += [pending.entry, pending.ttl_ms]
-        seq, _ = self._scripts[task](keys=keys, args=args)
+        seq, detail = self._scripts[task](keys=keys, args=args)
+        if int(seq) == OVER_QUOTA:
+            raise self._quota.exceeded(tenant, int(detail))
         return None if int(seq) < 0 else int(seq)
 
 

@@ -44,6 +44,7 @@ from tulip_memory.messages import Message
 from tulip_memory.state import AgentState
 from tulip_producer.bases import PublishedBases
 from tulip_producer.direct import DirectPublisher, PendingPush, send_event
+from tulip_producer.quota import QuotaExceeded
 from tulip_producer.settings import ProducerSettings
 from tulip_producer.spool import Spool, SpooledEvent
 from tulip_wire import events
@@ -61,8 +62,10 @@ from tulip_wire.events import (
     decode,
     encode,
     namespace_key,
+    tenant_of_key,
     thread_key,
 )
+from tulip_wire.numbering import NUMBER_EVENT, OVER_QUOTA
 from tulip_wire.pending import PendingStates, sealed
 from tulip_wire.published import PublishedEvents
 from tulip_wire.routing import ShardRouter, stable_hash
@@ -72,8 +75,9 @@ from tulip_wire.statedelta import NotJSON, advance, canonical
 from tulip_wire.topology import (
     CHECKPOINT_QUEUE_PREFIX,
     EXTRACT_QUEUE_PREFIX,
-    SEQ_KEY_PREFIX,
     SPOOL_REPORT_PREFIX,
+    quota_key,
+    seq_key,
 )
 
 KEY_LOCK_STRIPES = 64
@@ -187,6 +191,9 @@ class _Publisher:
         self._pending = PendingStates(self._redis)
         self._pending_ttl = settings.pending_ttl
         self._status_ttl = settings.status_ttl
+        self._seq_idle_ms = int(settings.seq_idle_ttl * 1000)
+        self._quota = settings.quota
+        self._number = self._redis.register_script(NUMBER_EVENT)
         self._app = celery_app(settings)
         self._amqp = settings.broker_is_amqp
         self._queues: dict[str, Queue] = {q.name: q for q in self._app.conf.task_queues}
@@ -197,43 +204,52 @@ class _Publisher:
             {"confirm_timeout": settings.publish_timeout} if settings.broker_is_amqp else {}
         )
         self._direct = (
-            DirectPublisher.create(self._redis, settings.status_ttl, self._app, _redis_queue)
+            DirectPublisher.create(self._redis, settings, self._app, _redis_queue)
             if direct_possible(settings, self._app)
             else None
         )
 
     def publish(
-        self, env: Envelope, pending: _Pending | None = None, encoded: Encoded | None = None
+        self,
+        env: Envelope,
+        pending: _Pending | None = None,
+        encoded: Encoded | None = None,
+        *,
+        quota: bool = True,
     ) -> None:
-        """Publish ``env`` (``encoded``: its encoding, when the caller has it already).
-        A claim check is put before either path, once for both."""
+        """Publish ``env`` (``encoded``: its encoding, when the caller has it already),
+        taking a token of its tenant's quota unless ``quota`` is off (a spooled event
+        was taken at the door already). A claim check is put before either path, once
+        for both."""
         wire = self._outgoing(encoded if encoded is not None else Encoded.of(env))
         if self._direct is not None:
             push = None if pending is None else self._push(pending)
-            if self._direct.publish(wire, self._routers[env.type], push) is not None:
+            if self._direct.publish(wire, self._routers[env.type], push, quota=quota) is not None:
                 return
-        self._publish(wire, pending)
+        self._publish(wire, pending, quota)
 
     def _push(self, pending: _Pending) -> PendingPush:
         key = PendingStates.key(pending.tenant, pending.thread_id)
         return PendingPush(key, pending.entry, int(self._pending_ttl * 1000))
 
-    def _publish(self, wire: Encoded, pending: _Pending | None) -> None:
+    def _publish(self, wire: Encoded, pending: _Pending | None, quota: bool = True) -> None:
         """Assign the key's next sequence number, mark the id published, append the
         save to its thread's pending list (one round trip for all), and send.
 
-        With ``pending`` the round trip is a transaction: the pending list is in the
-        order of the sequence numbers, whatever other producers do meanwhile."""
+        One script (``tulip_wire/lua/number_event.lua``): the pending list is in the
+        order of the sequence numbers, whatever other producers do meanwhile, and an
+        over-quota publish writes nothing (:class:`~tulip_producer.quota.QuotaExceeded`)."""
         env = wire.env
-        pipe = self._redis.pipeline(transaction=pending is not None)
-        pipe.incr(SEQ_KEY_PREFIX + env.key)
-        PublishedEvents.mark(pipe, env.id, env.key, self._status_ttl)
-        pipe.get(layout_key(self._routers[env.type].prefix))
+        keys = [seq_key(env.key), PublishedEvents.key(env.id)]
+        keys += [layout_key(self._routers[env.type].prefix), quota_key(tenant_of_key(env.key))]
+        args: list[str | int | float] = [self._seq_idle_ms, int(self._status_ttl * 1000), env.key]
+        args += self._quota.args() if quota else ("0", 0)
         if pending is not None:
-            PendingStates.push(
-                pipe, pending.tenant, pending.thread_id, pending.entry, self._pending_ttl
-            )
-        seq, _, layout = pipe.execute()[:3]
+            keys.append(PendingStates.key(pending.tenant, pending.thread_id))
+            args += [pending.entry, int(self._pending_ttl * 1000)]
+        seq, layout = self._number(keys=keys, args=args)
+        if int(seq) == OVER_QUOTA:
+            raise self._quota.exceeded(tenant_of_key(env.key), int(layout))
         router = self._router(env.type, layout)  # Resharding: the caller spools it
         numbered = env.with_seq(int(seq))
         if self.signer is None:
@@ -710,12 +726,20 @@ class Producer:
         self.close()
 
     def _try_publish(
-        self, env: Envelope, pending: _Pending | None = None, encoded: Encoded | None = None
+        self,
+        env: Envelope,
+        pending: _Pending | None = None,
+        encoded: Encoded | None = None,
+        *,
+        quota: bool = True,
     ) -> bool:
         # Any failure to hand the event over must not lose it: the caller spools it and
-        # the flusher retries. The error is logged, not raised, on the request path.
+        # the flusher retries. The error is logged, not raised, on the request path;
+        # a refusal at the door (the tenant's quota) is the caller's, and raises.
         try:
-            self._publisher.publish(env, pending, encoded)
+            self._publisher.publish(env, pending, encoded, quota=quota)
+        except QuotaExceeded:
+            raise
         except Exception as e:
             self._on_failure(env, e)
             return False
@@ -762,7 +786,7 @@ class Producer:
                 type(e).__name__,
             )
             return True
-        if not self._try_publish(env):
+        if not self._try_publish(env, quota=False):
             return False
         self._spool.remove(row.id)
         return True

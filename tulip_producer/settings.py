@@ -17,11 +17,13 @@ from tulip_memory.config import StoreSettings
 from tulip_memory.credentials import redact_url
 from tulip_memory.env import CHECKPOINT_URL, S3_ENDPOINT_URL, Var, positive, seconds
 from tulip_memory.env import environ as environ_of
+from tulip_producer.quota import PublishQuota
 from tulip_wire import env as wire
 from tulip_wire.claimcheck import claim_check_url_from_env
 from tulip_wire.endpoints import BROKER_SCHEMES, REDIS_SCHEMES, scheme_of
 from tulip_wire.env import DEFAULT_SPOOL_DIR
 from tulip_wire.events import DEFAULT_MAX_EVENT_BYTES
+from tulip_wire.numbering import DEFAULT_SEQ_IDLE_TTL
 from tulip_wire.published import DEFAULT_STATUS_TTL
 from tulip_wire.signing import signer_of
 
@@ -39,6 +41,23 @@ CLAIM_CHECK_SCHEMES = frozenset({"file", "s3", "memory"})
 PENDING_TTL = Var("TULIP_PENDING_TTL", DEFAULT_PENDING_TTL, seconds)
 STATUS_TTL = Var("TULIP_STATUS_TTL", DEFAULT_STATUS_TTL, seconds)
 PUBLISH_TIMEOUT = Var("TULIP_PUBLISH_TIMEOUT", DEFAULT_PUBLISH_TIMEOUT, seconds)
+SEQ_IDLE_TTL = Var("TULIP_SEQ_IDLE_TTL", DEFAULT_SEQ_IDLE_TTL, seconds)
+
+
+def events_per_second(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("must be a number of events a second") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError("must be a finite number of events a second > 0")
+    return value
+
+
+#: Per-tenant publish quota (:mod:`tulip_producer.quota`): unset, none.
+TENANT_PUBLISH_RATE = Var("TULIP_TENANT_PUBLISH_RATE", 0.0, events_per_second)
+#: Unset: one second's worth of the rate.
+TENANT_PUBLISH_BURST = Var("TULIP_TENANT_PUBLISH_BURST", 0, positive)
 #: The compactor's window when a thread has no stored summary that fits.
 CONTEXT_LENGTH = Var("TULIP_CONTEXT_LENGTH", 128_000, positive)
 
@@ -69,6 +88,10 @@ class ProducerSettings:
     #: Publish in one Redis round trip where possible (:mod:`tulip_producer.direct`);
     #: ``False`` always takes Celery's ``send_task`` (benchmarks compare the two).
     direct_publish: bool = True
+    #: How long an idle key's sequence counter stays in Redis (``TULIP_SEQ_IDLE_TTL``).
+    seq_idle_ttl: float = DEFAULT_SEQ_IDLE_TTL
+    #: Per-tenant publish quota (``TULIP_TENANT_PUBLISH_RATE``/``_BURST``): none by default.
+    quota: PublishQuota = field(default_factory=PublishQuota)
 
     def __post_init__(self) -> None:
         spool_dir = Path(self.spool_dir).absolute()
@@ -83,6 +106,7 @@ class ProducerSettings:
         _check_positive("checkpoint_shards", self.checkpoint_shards)
         _check_timeout("pending_ttl", self.pending_ttl)
         _check_timeout("status_ttl", self.status_ttl)
+        _check_timeout("seq_idle_ttl", self.seq_idle_ttl)
         _check_positive("max_event_bytes", self.max_event_bytes)
         _check_timeout("publish_timeout", self.publish_timeout)
         signer_of(self.signing_key)  # a key too short fails here, naming the variable
@@ -115,6 +139,8 @@ class ProducerSettings:
             max_event_bytes=wire.MAX_EVENT_BYTES.read(env),
             s3_endpoint_url=S3_ENDPOINT_URL.read(env),
             signing_key=wire.EVENT_SIGNING_KEY.read(env),
+            seq_idle_ttl=SEQ_IDLE_TTL.read(env),
+            quota=PublishQuota(TENANT_PUBLISH_RATE.read(env), TENANT_PUBLISH_BURST.read(env)),
         )
 
 

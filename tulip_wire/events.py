@@ -162,6 +162,11 @@ def session_envelope(
     return Envelope(type=SESSION_ENDED, key=namespace_key(namespace), payload=payload, ts=ts)
 
 
+def tenant_of_key(key: str) -> str:
+    """The tenant of an ordering key: a namespace's first part, a thread's tenant."""
+    return key.split(NS_SEP, 1)[0]
+
+
 def thread_key(tenant: str, thread_id: str) -> str:
     """The ordering key of a tenant's thread (injective: a tenant holds no ``\\x1f``)."""
     (checked,) = validate_namespace((tenant,))

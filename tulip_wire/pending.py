@@ -47,7 +47,7 @@ from tulip_wire.events import thread_key
 from tulip_wire.scripts import lua
 from tulip_wire.signing import ENV_VAR, PENDING_DOMAIN, SIG_CHARS, Signer
 from tulip_wire.statedelta import DeltaError, apply_delta, digest_of
-from tulip_wire.topology import PENDING_KEY_PREFIX
+from tulip_wire.topology import pending_key
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +292,7 @@ def apply_entry(base: dict[str, Any], entry: PendingEntry) -> dict[str, Any]:
 
 
 def _key(tenant: str, thread_id: str) -> str:
-    return PENDING_KEY_PREFIX + thread_key(tenant, thread_id)
+    return pending_key(thread_key(tenant, thread_id))
 
 
 def pending_states(redis_url: str, signer: Signer | None = None) -> PendingStates | None:

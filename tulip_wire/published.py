@@ -2,7 +2,7 @@
 still in flight (``pending``) from an id nobody published (``unknown``).
 
 The producer sets ``tulip:published:<event id>`` (value: the event's ordering key) in
-the same pipelined round trip as the key's sequence number, before the broker gets
+the same round trip (one script) as the key's sequence number, before the broker gets
 the message; it expires after ``TULIP_STATUS_TTL`` (a day by default), long after a
 healthy pipeline has written the event's ledger row, which is what ``status`` reads
 first. So ``unknown`` means: never published through this Redis (a typo, another
@@ -27,9 +27,9 @@ class PublishedEvents:
         self._client = client
 
     @staticmethod
-    def mark(pipeline: Any, event_id: str, key: str, ttl: float) -> None:
-        """Queue the marker on ``pipeline`` (sent with the caller's other commands)."""
-        pipeline.set(PUBLISHED_KEY_PREFIX + event_id, key, px=int(ttl * 1000))
+    def key(event_id: str) -> str:
+        """The marker's Redis key."""
+        return PUBLISHED_KEY_PREFIX + event_id
 
     def key_of(self, event_id: str) -> str | None:
         """The ordering key ``event_id`` was published under, or ``None``."""

@@ -8,6 +8,7 @@ not listed (they are read from the transport at run time).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 EXCHANGE = "memory"
@@ -39,6 +40,72 @@ DELIVERING_PREFIX = "tulip:delivering:"  # per shard queue: a message popped, no
 DEAD_LETTER_TALLY_KEY = "tulip:deadletters"  # hash: dead letters per reason class
 SPOOL_REPORT_PREFIX = "tulip:spool:"  # per producer: its spool depth, reported with a TTL
 SHARDS_KEY_PREFIX = "tulip:shards:"  # per ordered role: the shard count producers route by
+PARKED_KEY_PREFIX = "tulip:parked:"  # per shard queue and key: that key's parked messages
+PARKED_INDEX_PREFIX = "tulip:parked-keys:"  # per shard queue: parked keys -> how many parked
+UNPARKING_PREFIX = "tulip:unparking:"  # per shard queue: key -> digest of its unparked message
+QUOTA_KEY_PREFIX = "tulip:quota:"  # per tenant: its publish token bucket
+FAIR_KEY_PREFIX = "tulip:fair:"  # per semaphore: tenants waiting, and their holders
+
+#: An ordering key (or tenant) longer than this many UTF-8 bytes is named by its digest
+#: inside Redis key names, so a key name's size is bounded whatever the namespace.
+MAX_NAMED_KEY_BYTES = 64
+#: Starts a digest name; no ordering key starts with it (its tenant part is non-empty
+#: and holds no separator), so a digest name never equals a key kept as it is.
+DIGEST_MARK = "\x1f"
+
+
+# --- Redis key names of per-key, per-thread and per-tenant state: one function per kind,
+# --- the only places such a name is built (a subject's keys are found through them).
+
+
+def redis_name(key: str) -> str:
+    """``key`` as it appears inside Redis key names: itself when short, else the
+    :data:`DIGEST_MARK` and a 128-bit digest of it."""
+    raw = key.encode("utf-8", "surrogatepass")
+    if len(raw) <= MAX_NAMED_KEY_BYTES:
+        return key
+    return DIGEST_MARK + hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def seq_key(key: str) -> str:
+    """The sequence counter of ordering key ``key`` (a namespace's or a thread's)."""
+    return SEQ_KEY_PREFIX + redis_name(key)
+
+
+def pending_key(thread_key: str) -> str:
+    """The read-your-writes list of a thread (its ordering key, tenant first)."""
+    return PENDING_KEY_PREFIX + redis_name(thread_key)
+
+
+def summary_pending_key(thread_key: str) -> str:
+    """The marker of a thread's summary job in flight."""
+    return SUMMARY_PENDING_PREFIX + redis_name(thread_key)
+
+
+def parked_key(queue: str, key: str) -> str:
+    """The list of ordering key ``key``'s messages parked off shard queue ``queue``."""
+    return f"{PARKED_KEY_PREFIX}{queue}:{redis_name(key)}"
+
+
+def parked_index_key(queue: str) -> str:
+    """The hash of ``queue``'s parked keys (ordering key -> messages parked)."""
+    return PARKED_INDEX_PREFIX + queue
+
+
+def unparking_key(queue: str) -> str:
+    """The hash of ``queue``'s messages taken back from parking, not yet consumed."""
+    return UNPARKING_PREFIX + queue
+
+
+def quota_key(tenant: str) -> str:
+    """The publish token bucket of ``tenant``."""
+    return QUOTA_KEY_PREFIX + redis_name(tenant)
+
+
+def fair_keys(semaphore_key: str) -> tuple[str, str]:
+    """A fair semaphore's tenants waiting (sorted set: tenant -> since when) and its
+    holders per tenant (hash)."""
+    return f"{FAIR_KEY_PREFIX}{semaphore_key}:waiting", f"{FAIR_KEY_PREFIX}{semaphore_key}:held"
 
 
 def shard_queue(prefix: str, shard: int) -> str:

@@ -33,7 +33,7 @@ from tulip_memory.summaries import SummaryBudget, SummaryStore
 from tulip_memory.summarize import Summary, extend_summary
 from tulip_wire.events import thread_key
 from tulip_wire.scripts import lua
-from tulip_wire.topology import SUMMARY_PENDING_PREFIX
+from tulip_wire.topology import summary_pending_key
 from tulip_workers.extractors import SlotFactory
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def summary_args(args: tuple[object, ...]) -> str | None:
 
 
 def _pending_key(tenant: str, thread_id: str) -> str:
-    return SUMMARY_PENDING_PREFIX + thread_key(tenant, thread_id)
+    return summary_pending_key(thread_key(tenant, thread_id))
 
 
 #: Threads whose summary coverage a checkpoint worker remembers (an int and one

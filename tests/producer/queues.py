@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -90,3 +91,10 @@ def with_db(url: str, db: int) -> str:
         query = f"{query}&db={db}" if query else f"db={db}"
         return f"unix://{parts.path}?{query}"  # urlunsplit would drop the empty netloc
     return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+def rising(seqs: list[int | None]) -> bool:
+    """Sequence numbers, each above the one before (numbers come from Redis's clock:
+    strictly increasing per key, with gaps)."""
+    numbers = [s or 0 for s in seqs]
+    return all(0 < a < b for a, b in itertools.pairwise(numbers)) and numbers[0] > 0

@@ -1,11 +1,11 @@
 -- One event onto its shard queue in one round trip (tulip_producer.direct).
 -- The script is this text after a prelude defining TEMPLATE, the task's message as
 -- literal text and hole names, alternately (a publish sends only the holes' values),
--- and SEQ_PREFIX, the prefix of the sequence counters' keys.
--- KEYS: [1] the key's sequence counter (SEQ_PREFIX and the ordering key, the
---       marker's value), [2] the event's published marker,
---       [3] the role's shard layout record, [4] the shard queue (a kombu list).
---       [5] (a checkpoint save) the thread's pending list (tulip_wire.pending).
+-- and next_seq.lua's and quota.lua's functions.
+-- KEYS: [1] the key's sequence counter, [2] the event's published marker,
+--       [3] the role's shard layout record, [4] the shard queue (a kombu list),
+--       [5] the tenant's publish token bucket,
+--       [6] (a checkpoint save) the thread's pending list (tulip_wire.pending).
 -- ARGV: [1] the marker's TTL in ms, [2] the shard count the queue was chosen by,
 --       [3..6] the holes' values: the event id, the delivery tag, the envelope before
 --       and after its number (the queue hole is KEYS[4]), [7] the rest of the
@@ -14,19 +14,26 @@
 --       small patch's JSON, is sent once and escaped here), [9] 1 when [5..7] are the
 --       envelope's text as it is (a small one: escaped here), 0 when they are escaped
 --       as they read in the message, [10] and [11] the sending process's origin and
---       reply_to (so the script is the same for every process); with KEYS[5], [12] the
---       pending entry and [13] the pending list's TTL in ms.
--- Returns {seq, false}, or {-1, record} when the layout record names another count
--- (or a drain): nothing was done, the caller takes the general path.
+--       reply_to (so the script is the same for every process), [12] the counter's
+--       idle TTL in ms, [13] the ordering key (the marker's value), [14] the tenant's
+--       publish rate a second (0: no quota) and [15] its burst; with KEYS[6], [16] the
+--       pending entry and [17] the pending list's TTL in ms.
+-- Returns {seq, false}; {-1, record} when the layout record names another count (or
+-- a drain): nothing was done, the caller takes the general path; {-2, ms} when the
+-- tenant is over its quota (nothing was done; ms until it may publish again).
 local layout = redis.call('GET', KEYS[3])
 if layout and layout ~= ARGV[2] then
   return {-1, layout}
 end
-local seq = redis.call('INCR', KEYS[1])
-redis.call('SET', KEYS[2], string.sub(KEYS[1], #SEQ_PREFIX + 1), 'PX', ARGV[1])
-if KEYS[5] then
-  redis.call('RPUSH', KEYS[5], ARGV[12])
-  redis.call('PEXPIRE', KEYS[5], ARGV[13])
+local wait = over_quota(KEYS[5], ARGV[14], ARGV[15])
+if wait then
+  return {-2, wait}
+end
+local seq = next_seq(KEYS[1], ARGV[12])
+redis.call('SET', KEYS[2], ARGV[13], 'PX', ARGV[1])
+if KEYS[6] then
+  redis.call('RPUSH', KEYS[6], ARGV[16])
+  redis.call('PEXPIRE', KEYS[6], ARGV[17])
 end
 
 -- JSON text as it reads in the message: a string in the task's args, which are a
@@ -44,7 +51,7 @@ end
 local head, tail = sent(ARGV[5]), sent(ARGV[6])
 local shared = tonumber(ARGV[8])
 if shared > 0 then
-  tail = tail .. in_body(string.sub(ARGV[12], shared)) .. sent(ARGV[7])
+  tail = tail .. in_body(string.sub(ARGV[16], shared)) .. sent(ARGV[7])
 end
 local holes = {id = ARGV[3], queue = KEYS[4], tag = ARGV[4], head = head, tail = tail,
                seq = string.format('%d', seq), origin = ARGV[10], reply_to = ARGV[11]}
