@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import Celery
 
 from tulip_wire.logs import install_for_celery as install_json_logs
+from tulip_workers.parking import install as install_parking
 from tulip_workers.priority import install as install_priority
 from tulip_workers.readiness import install as install_readiness
 from tulip_workers.redelivery import install as install_redelivery
@@ -17,5 +18,6 @@ app.conf.worker_consumer = "tulip_workers.refusals:Consumer"
 install_refusals()  # and items on a Redis shard queue that are no kombu message at all
 install_priority(app)  # batch workers (reindex) yield the cores to the request path
 install_redelivery(app)
+install_parking()  # a key's backlog waits in order outside the reservation (Redis)
 install_readiness(app)  # no "ready" before the database answers
 install_json_logs()  # TULIP_LOG_FORMAT=json: our loggers as JSON lines

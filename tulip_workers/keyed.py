@@ -54,11 +54,18 @@ MAX_KEY_PARSE_BYTES = 4 * 1024 * 1024
 class KeyOrder:
     """Per-key FIFOs of admitted task ids, and ``slots`` tasks running at most."""
 
-    def __init__(self, slots: int, is_live: Callable[[str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        slots: int,
+        is_live: Callable[[str], bool] | None = None,
+        on_release: Callable[[str], None] | None = None,
+    ) -> None:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self.slots = slots
         self._is_live = is_live or (lambda _task_id: True)
+        #: Told each key whose task finished or was forgotten (outside the lock).
+        self._on_release = on_release or (lambda _key: None)
         self._lock = threading.RLock()
         #: Each waiting task's own condition on the same lock, and whether it runs alone.
         self._waiters: dict[str, tuple[threading.Condition, bool]] = {}
@@ -81,8 +88,10 @@ class KeyOrder:
     def forget(self, task_id: str) -> None:
         """``task_id`` will not run: let the tasks behind it go."""
         with self._lock:
-            self._remove(task_id)
+            key = self._remove(task_id)
             self._wake()
+        if key is not None:
+            self._on_release(key)
 
     @contextmanager
     def turn(self, task_id: str, key: str, *, exclusive: bool = False) -> Iterator[None]:
@@ -110,6 +119,13 @@ class KeyOrder:
                 self._alone = False
                 self._remove(task_id)
                 self._wake()
+            self._on_release(key)
+
+    def held(self, key: str) -> int:
+        """Tasks of ``key`` admitted and not finished (the running one included)."""
+        with self._lock:
+            fifo = self._fifos.get(key)
+            return len(fifo) if fifo else 0
 
     def waiting(self) -> int:
         """Admitted tasks not finished (running ones included)."""
@@ -150,15 +166,16 @@ class KeyOrder:
         self._key_of.pop(head, None)
         self._admitted.pop(head, None)
 
-    def _remove(self, task_id: str) -> None:
+    def _remove(self, task_id: str) -> str | None:
         self._admitted.pop(task_id, None)
         key = self._key_of.pop(task_id, None)
         if key is None:
-            return
+            return None
         fifo = self._fifos[key]
         fifo.remove(task_id)
         if not fifo:
             del self._fifos[key]
+        return key
 
 
 def envelope_key(body: object, fallback: str) -> str:

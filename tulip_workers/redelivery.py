@@ -50,6 +50,7 @@ from tulip_wire.endpoints import redis_client
 from tulip_wire.scripts import lua
 from tulip_wire.topology import DEATHS_PREFIX, is_ordered_queue
 from tulip_workers import reliable_redis
+from tulip_workers.parking import parking
 from tulip_workers.reliable_redis import delivering_key
 
 #: The exit status of a worker that stops before it consumes (it cannot start safely):
@@ -164,6 +165,8 @@ def restore_for_worker(app: Celery, queue_names: Iterable[str]) -> int:
         try:
             connect_loudly(connection, app.conf.broker_connection_max_retries)
             restored = restore_unacked(connection, queues)
+            if (parked := parking()) is not None and len(queues) == 1:
+                parked.start(_redis_channel(connection), queues[0], restored)
         except Exception as e:
             logger.critical("could not restore unacked messages of %s", queues, exc_info=True)
             raise WorkerShutdown(EXIT_FAILURE) from e

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from functools import cached_property
 from queue import Empty
 from time import monotonic, time
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 import redis
 from kombu import transport as kombu_transports
@@ -92,6 +92,15 @@ class Message(virtual.Message):  # type: ignore[misc]
             raise NotAMessage(e) from e
 
 
+class Unparked(NamedTuple):
+    """A message taken back from parking (:mod:`tulip_workers.parking`): its record
+    (hash key), ordering key and delivery tag; the unacked write clears the record."""
+
+    record: str
+    key: str
+    tag: str
+
+
 class QoS(kombu_redis.QoS):  # type: ignore[misc]
     """kombu's QoS, whose unacked write also takes the message off the delivering list
     (the entry is kombu's ``[payload, exchange, routing_key]``, the payload the very
@@ -109,6 +118,9 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
         keys = [key, prefix + self.unacked_key, prefix + self.unacked_index_key]
         digest = hashlib.sha1(item, usedforsecurity=False).hexdigest()
         args = [delivery_tag, time(), digest, "," + tail]
+        if (unparked := self.channel._unparked) is not None:
+            keys.append(unparked.record)
+            args += [unparked.key, unparked.tag]
         recorded = self.channel.record_unacked(keys=keys, args=args)
         if not recorded:  # no longer on the list (put back meanwhile): kombu's own write
             super().append(message, delivery_tag)
@@ -128,6 +140,7 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         self._moved: tuple[str, bytes] | None = None  # (delivering key, raw item) read
         self._orphans: str | None = None  # (queue) a reply was lost: put its list back
         self._asked = False  # whether this channel has asked for a message yet
+        self._unparked: Unparked | None = None  # the message being delivered, if so
 
     #: (pool, its client): kombu's own __init__ may ask for one before ours runs.
     _pooled: tuple[Any, Any] | None = None
@@ -225,7 +238,13 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
                 payload = loads(bytes_to_str(item))
             except Exception as e:
                 raise NotAMessage(e) from e
+            taken = False if _park is None else _park.arrive(self, queue, item, payload)
+            if taken is True:  # parked: off the delivering list, not for Celery yet
+                return
+            self._unparked = taken or None
             self.connection._deliver(payload, queue)
+            if self._unparked is not None and _park is not None:
+                _park.arrived(queue, self._unparked)
         except NotAMessage as e:
             self._not_a_message(queue, target, item, e.error)
         except self.connection_errors:
@@ -238,6 +257,7 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
             self._not_a_message(queue, target, item, e)
         finally:
             self._moved = None
+            self._unparked = None
 
     def _not_a_message(self, queue: str, target: str, item: bytes, error: Exception) -> None:
         """Drop an item that is no kombu message once :data:`_refuse` filed it (its dead
@@ -282,6 +302,28 @@ def refuse_items_with(refuse: Refuse | None) -> Refuse | None:
     (``None``: dropped, logged); returns the one before."""
     global _refuse
     before, _refuse = _refuse, refuse
+    return before
+
+
+class Park(Protocol):
+    """Decides, on the consumer thread, whether a message of a lone ordered queue waits
+    parked (:mod:`tulip_workers.parking`): ``arrive`` returns ``True`` when it parked it
+    (off the delivering list), an :class:`Unparked` for a message taken back from
+    parking (delivered; ``arrived`` is called after), ``False`` to deliver it."""
+
+    def arrive(self, channel: Any, queue: str, item: bytes, payload: Any) -> Unparked | bool: ...
+
+    def arrived(self, queue: str, unparked: Unparked) -> None: ...
+
+
+_park: Park | None = None
+
+
+def park_items_with(park: Park | None) -> Park | None:
+    """Messages of lone ordered queues go through ``park`` in this process (``None``:
+    none is parked); returns the one before."""
+    global _park
+    before, _park = _park, park
     return before
 
 

@@ -7,6 +7,7 @@ connection pools live on, and every task runs its coroutine there.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -49,7 +50,8 @@ class WorkerRuntime:
         self._reindexer: Reindexer | None = None
         self._lock = threading.Lock()
         self._orders = {
-            event_type: KeyOrder(n, _is_live) for event_type, n in self.settings.concurrency.items()
+            event_type: KeyOrder(n, _is_live, functools.partial(_released, event_type))
+            for event_type, n in self.settings.concurrency.items()
         }
 
     def order(self, event_type: str) -> KeyOrder:
@@ -153,6 +155,14 @@ def _is_live(task_id: str) -> bool:
     from celery.worker import state
 
     return task_id in state.requests
+
+
+def _released(event_type: str, key: str) -> None:
+    """A task of ``key`` finished: its next parked message may come back."""
+    from tulip_workers.parking import parking
+
+    if (p := parking()) is not None:
+        p.released(event_type, key)
 
 
 def _llm_slot(s: WorkerSettings) -> SlotFactory:

@@ -21,6 +21,7 @@ from tulip_memory.env import (
     Env,
     Var,
     environ,
+    integer,
     niceness,
     one_of,
     positive,
@@ -58,6 +59,29 @@ def pool_size(concurrency: int) -> int:
     return max(DEFAULT_POOL_SIZE, concurrency // 2 + 2)
 
 
+def at_least_zero(raw: str) -> int:
+    value = integer(raw)
+    if value < 0:
+        raise ValueError("must be an integer >= 0")
+    return value
+
+
+def share(raw: str) -> float:
+    """A share of a cap: a number above 0 and at most 1."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("must be a share of the cap, above 0 and at most 1") from None
+    if not 0 < value <= 1:
+        raise ValueError("must be a share of the cap, above 0 and at most 1")
+    return value
+
+
+#: Messages of one key a shard worker holds in its reservation; the rest of the key's
+#: backlog waits parked in Redis, in order (``tulip_workers.parking``); 0: no parking.
+KEY_RESERVATION = Var("TULIP_KEY_RESERVATION", 2, at_least_zero)
+#: The share of a worker's slots and of the LLM cap one tenant may hold (unset: all).
+TENANT_MAX_INFLIGHT = Var[float | None]("TULIP_TENANT_MAX_INFLIGHT", None, share)
 MAX_MEMORIES = Var("TULIP_MAX_MEMORIES", 50, positive)
 EXTRACT_ATTEMPTS = Var("TULIP_EXTRACT_ATTEMPTS", 4, positive)
 MAX_CLAIM_BYTES = Var("TULIP_MAX_CLAIM_BYTES", DEFAULT_MAX_CLAIM_BYTES, positive)
@@ -141,6 +165,10 @@ class WorkerSettings:
     summary_model: str | None = None
     summary_budget: SummaryBudget = field(default_factory=SummaryBudget)
     llm: LlmLimits = field(default_factory=LlmLimits)
+    #: ``TULIP_KEY_RESERVATION``: one key's messages in a shard worker's reservation.
+    key_reservation: int = KEY_RESERVATION.default
+    #: ``TULIP_TENANT_MAX_INFLIGHT``: one tenant's share of the slots and the LLM cap.
+    tenant_share: float | None = None
 
     def __post_init__(self) -> None:
         signer_of(self.signing_key)  # a key too short fails here, naming the variable
@@ -165,6 +193,8 @@ class WorkerSettings:
             summary_model=SUMMARY_MODEL.read(e) or None,
             summary_budget=summary_budget(e),
             llm=LlmLimits.from_env(e),
+            key_reservation=KEY_RESERVATION.read(e),
+            tenant_share=TENANT_MAX_INFLIGHT.read(e),
         )
 
 

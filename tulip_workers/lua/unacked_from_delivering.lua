@@ -15,6 +15,9 @@
 -- ARGV[2]  the delivery time
 -- ARGV[3]  sha1 hex of the item
 -- ARGV[4]  the entry's tail after the payload: ,"<exchange>","<routing key>"]
+-- KEYS[4], ARGV[5], ARGV[6]  (a message taken back from parking, tulip_workers.parking)
+--          the queue's unparking record, the message's ordering key and delivery tag:
+--          the key's record goes in the same step, if it still names this message
 --
 -- Returns 1, or 0 (nothing done) when the list has no such item.
 local items = redis.call('LRANGE', KEYS[1], 0, -1)
@@ -27,6 +30,9 @@ for i = 1, #items do
     end
     redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
     redis.call('HSET', KEYS[2], ARGV[1], '[' .. items[i] .. ARGV[4])
+    if KEYS[4] and redis.call('HGET', KEYS[4], ARGV[5]) == ARGV[6] then
+      redis.call('HDEL', KEYS[4], ARGV[5])
+    end
     return 1
   end
 end
