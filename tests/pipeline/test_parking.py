@@ -104,9 +104,7 @@ def test_a_hot_key_parked_through_sigkills_loses_and_reorders_nothing(
 STATES = {
     "on its way at the queue head": {"unacked": 1, "coming": "queue", "parked": 3},
     "on its way on the delivering list": {"unacked": 1, "coming": "delivering", "parked": 3},
-    "taken back and recorded, a newer one being parked": {
-        "unacked": 2, "parked": 3, "delivering": 1,
-    },  # fmt: skip
+    "taken back and recorded, a newer one being parked": dict(unacked=2, parked=3, delivering=1),
     "parking under way": {"unacked": 2, "parked": 1, "delivering": 1},
 }
 
