@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -101,7 +102,7 @@ def test_a_hot_key_parked_through_sigkills_loses_and_reorders_nothing(
 #: Crash states of the moves, built on the broker as a worker killed there left them:
 #: what is unacked (held), on the delivering list, on its way back, parked; the rest of
 #: the key's messages are on the queue.
-STATES = {
+STATES: dict[str, dict[str, Any]] = {
     "on its way at the queue head": {"unacked": 1, "coming": "queue", "parked": 3},
     "on its way on the delivering list": {"unacked": 1, "coming": "delivering", "parked": 3},
     "taken back and recorded, a newer one being parked": dict(unacked=2, parked=3, delivering=1),
@@ -147,13 +148,18 @@ def _crashed(
     way would have left them: ``unacked`` recorded, the next on its way back (on the
     queue head or the delivering list) when ``coming``, then ``parked``, then
     ``delivering`` popped but not yet parked."""
-    pop = lambda: client.rpop(QUEUE)  # noqa: E731 - the head: the oldest
+
+    def pop() -> bytes:
+        item = client.rpop(QUEUE)  # the head: the oldest
+        assert isinstance(item, bytes)
+        return item
+
     for i in range(unacked):
         item = pop()
         tag = json.loads(item)["properties"]["delivery_tag"]
         client.hset("unacked", tag, b"[" + item + f',"","{QUEUE}"]'.encode())
         client.zadd("unacked_index", {tag: time.time() - 10 + i})
-    on_its_way = pop() if coming else None
+    on_its_way: bytes | None = pop() if coming else None
     for _ in range(parked):
         client.rpush(parked_key(QUEUE, key), pop())
     client.hset(parked_index_key(QUEUE), key, parked)
