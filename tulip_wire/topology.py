@@ -44,7 +44,7 @@ PARKED_KEY_PREFIX = "tulip:parked:"  # per shard queue and key: that key's parke
 PARKED_INDEX_PREFIX = "tulip:parked-keys:"  # per shard queue: parked keys -> how many parked
 UNPARKING_PREFIX = "tulip:unparking:"  # per shard queue: key -> digest of its unparked message
 QUOTA_KEY_PREFIX = "tulip:quota:"  # per tenant: its publish token bucket
-FAIR_KEY_PREFIX = "tulip:fair:"  # per semaphore: tenants waiting, and their holders
+FAIR_KEY_PREFIX = "tulip:fair:"  # per semaphore: tenants waiting, and when each last asked
 
 #: An ordering key (or tenant) longer than this many UTF-8 bytes is named by its digest
 #: inside Redis key names, so a key name's size is bounded whatever the namespace.
@@ -102,10 +102,10 @@ def quota_key(tenant: str) -> str:
     return QUOTA_KEY_PREFIX + redis_name(tenant)
 
 
-def fair_keys(semaphore_key: str) -> tuple[str, str]:
-    """A fair semaphore's tenants waiting (sorted set: tenant -> since when) and its
-    holders per tenant (hash)."""
-    return f"{FAIR_KEY_PREFIX}{semaphore_key}:waiting", f"{FAIR_KEY_PREFIX}{semaphore_key}:held"
+def fair_keys(semaphore: str) -> tuple[str, str]:
+    """Semaphore ``semaphore``'s tenants waiting (sorted set: tenant -> since when) and
+    tenants asking (sorted set: tenant -> when it last asked)."""
+    return f"{FAIR_KEY_PREFIX}{semaphore}:waiting", f"{FAIR_KEY_PREFIX}{semaphore}:asking"
 
 
 def shard_queue(prefix: str, shard: int) -> str:

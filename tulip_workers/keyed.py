@@ -38,6 +38,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from tulip_wire.events import tenant_of_key
+
 #: Messages an ordered worker reserves per event it may run: the buffer that lets other
 #: keys go past a hot key's backlog.
 BUFFER_PER_SLOT = 4
@@ -47,33 +49,46 @@ RECHECK_SECONDS = 1.0
 #: A head younger than this is never taken for dead: Celery announces a task
 #: (``task_received``) just before it records it as reserved.
 GRACE_SECONDS = 30.0
+#: Tenants whose last turn is remembered at most (those with work admitted first).
+MAX_TURNS_KEPT = 4096
 #: A body larger than this is not parsed for its key on the consumer thread.
 MAX_KEY_PARSE_BYTES = 4 * 1024 * 1024
 
 
 class KeyOrder:
-    """Per-key FIFOs of admitted task ids, and ``slots`` tasks running at most."""
+    """Per-key FIFOs of admitted task ids, and ``slots`` tasks running at most, handed
+    out fairly across tenants (see :meth:`_dispatch`)."""
 
     def __init__(
         self,
         slots: int,
         is_live: Callable[[str], bool] | None = None,
         on_release: Callable[[str], None] | None = None,
+        *,
+        tenant_share: float | None = None,
     ) -> None:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self.slots = slots
+        #: Slots one tenant may hold at once (``TULIP_TENANT_MAX_INFLIGHT``'s share).
+        self.tenant_cap = tenant_cap(tenant_share, slots)
         self._is_live = is_live or (lambda _task_id: True)
         #: Told each key whose task finished or was forgotten (outside the lock).
         self._on_release = on_release or (lambda _key: None)
         self._lock = threading.RLock()
         #: Each waiting task's own condition on the same lock, and whether it runs alone.
         self._waiters: dict[str, tuple[threading.Condition, bool]] = {}
+        #: Waiting tasks given a slot (counted as running), not yet woken.
+        self._granted: set[str] = set()
         self._fifos: dict[str, deque[str]] = {}
         self._key_of: dict[str, str] = {}
         self._admitted: dict[str, float] = {}
         self._running = 0
         self._alone = False
+        #: Slots each tenant holds, and when each was last given one (its turn).
+        self._tenant_running: dict[str, int] = {}
+        self._served: dict[str, int] = {}
+        self._turns = 0
         self.peak_running = 0
 
     def admit(self, task_id: str, key: str) -> None:
@@ -89,36 +104,39 @@ class KeyOrder:
         """``task_id`` will not run: let the tasks behind it go."""
         with self._lock:
             key = self._remove(task_id)
-            self._wake()
+            self._dispatch()
         if key is not None:
             self._on_release(key)
 
     @contextmanager
     def turn(self, task_id: str, key: str, *, exclusive: bool = False) -> Iterator[None]:
-        """Wait for ``task_id``'s turn on its key and a free slot, then hold both;
+        """Wait for ``task_id``'s turn on its key and a slot given to it, then hold both;
         ``exclusive``: wait until nothing else runs, and let nothing start meanwhile."""
         with self._lock:
             self.admit(task_id, key)
             key = self._key_of[task_id]
-            if not self._may_run(task_id, key, exclusive):
-                waiting = threading.Condition(self._lock)
-                self._waiters[task_id] = (waiting, exclusive)
-                try:
-                    while not self._may_run(task_id, key, exclusive):
-                        waiting.wait(RECHECK_SECONDS)
-                finally:
-                    del self._waiters[task_id]
-            self._running += 1
-            self._alone = exclusive
-            self.peak_running = max(self.peak_running, self._running)
+            waiting = threading.Condition(self._lock)
+            self._waiters[task_id] = (waiting, exclusive)
+            try:
+                self._dispatch()
+                while task_id not in self._granted:
+                    waiting.wait(RECHECK_SECONDS)
+                    self._dispatch()  # a head that will never run is dropped here
+            finally:
+                del self._waiters[task_id]
+            self._granted.discard(task_id)
         try:
             yield
         finally:
             with self._lock:
                 self._running -= 1
                 self._alone = False
+                tenant = tenant_of_key(key)
+                self._tenant_running[tenant] -= 1
+                if not self._tenant_running[tenant]:
+                    del self._tenant_running[tenant]
                 self._remove(task_id)
-                self._wake()
+                self._dispatch()
             self._on_release(key)
 
     def held(self, key: str) -> int:
@@ -132,30 +150,62 @@ class KeyOrder:
         with self._lock:
             return len(self._key_of)
 
-    def _wake(self) -> None:
-        """Wake the waiting tasks that may run now, as many as there are free slots,
-        oldest key first. Only a key's head can run, so the tasks behind a head (a hot
-        key's backlog) sleep on: waking every waiter on every finish cost a shard worker
-        with 4C threads a wake-up of each, a few thousand a second at C = 32. A head a
-        dead one blocks is found by its own recheck."""
-        free = 0 if self._alone else self.slots - self._running
-        for key in list(self._fifos):
-            if free <= 0:
+    def _dispatch(self) -> None:
+        """Give the free slots to waiting heads, one at a time, each to the tenant that
+        has waited longest for its turn: among the tenants with a head waiting (and
+        under their ceiling), the one given a slot least recently; within a tenant,
+        its head admitted first. So a tenant with many keys waiting gets one slot in
+        turn with each other tenant waiting, not every slot its backlog's age would
+        win, and per-key order is untouched (only a key's head ever runs). Only the
+        granted task is woken: the tasks behind a head (a hot key's backlog) sleep
+        on (waking every waiter on every finish cost a shard worker with 4C threads a
+        few thousand wake-ups a second at C = 32)."""
+        while not self._alone and self._running < self.slots:
+            chosen = self._next()
+            if chosen is None:
                 return
-            fifo = self._fifos.get(key)
-            if not fifo or (waiter := self._waiters.get(fifo[0])) is None:
-                continue
-            if self._may_run(fifo[0], key, waiter[1]):
-                waiter[0].notify()
-                free -= 1
+            waiter, exclusive = self._waiters[chosen]
+            if exclusive and self._running > 0:
+                return  # it runs alone: nothing else starts until it has
+            tenant = tenant_of_key(self._key_of[chosen])
+            self._granted.add(chosen)
+            self._running += 1
+            self._alone = exclusive
+            self._tenant_running[tenant] = self._tenant_running.get(tenant, 0) + 1
+            self._turns += 1
+            self._served[tenant] = self._turns
+            self.peak_running = max(self.peak_running, self._running)
+            waiter.notify()
 
-    def _may_run(self, task_id: str, key: str, exclusive: bool) -> bool:
-        fifo = self._fifos[key]
-        while fifo[0] != task_id and self._dead(fifo[0]):
+    def _next(self) -> str | None:
+        """The waiting head whose tenant's turn it is (see :meth:`_dispatch`)."""
+        best: tuple[int, float, str] | None = None
+        for key in list(self._fifos):
+            head = self._live_head(key)
+            if head is None or head not in self._waiters or head in self._granted:
+                continue
+            tenant = tenant_of_key(key)
+            if self._tenant_running.get(tenant, 0) >= self.tenant_cap:
+                continue
+            rank = (self._served.get(tenant, 0), self._admitted.get(head, 0.0), head)
+            if best is None or rank < best:
+                best = rank
+        if (best is None and not self._waiters) or len(self._served) > MAX_TURNS_KEPT:
+            # no one waits (every tenant's turn starts afresh), or too many to keep:
+            # those with nothing admitted here lose their place
+            held = {tenant_of_key(key) for key in self._fifos}
+            self._served = {t: n for t, n in self._served.items() if t in held}
+        return None if best is None else best[2]
+
+    def _live_head(self, key: str) -> str | None:
+        """``key``'s head, after dropping heads that will never run."""
+        fifo = self._fifos.get(key)
+        while fifo and fifo[0] not in self._waiters and self._dead(fifo[0]):
             self._forget_head(fifo)
-        if fifo[0] != task_id or self._alone:
-            return False
-        return self._running == 0 if exclusive else self._running < self.slots
+        if not fifo:
+            self._fifos.pop(key, None)
+            return None
+        return fifo[0]
 
     def _dead(self, head: str) -> bool:
         young = time.monotonic() - self._admitted.get(head, 0.0) < GRACE_SECONDS
@@ -176,6 +226,12 @@ class KeyOrder:
         if not fifo:
             del self._fifos[key]
         return key
+
+
+def tenant_cap(share: float | None, limit: int) -> int:
+    """What one tenant may hold of ``limit`` at ``share`` (``None``: all of it; at
+    least one)."""
+    return limit if share is None else max(1, int(share * limit))
 
 
 def envelope_key(body: object, fallback: str) -> str:

@@ -50,7 +50,12 @@ class WorkerRuntime:
         self._reindexer: Reindexer | None = None
         self._lock = threading.Lock()
         self._orders = {
-            event_type: KeyOrder(n, _is_live, functools.partial(_released, event_type))
+            event_type: KeyOrder(
+                n,
+                _is_live,
+                functools.partial(_released, event_type),
+                tenant_share=self.settings.tenant_share,
+            )
             for event_type, n in self.settings.concurrency.items()
         }
 
@@ -166,10 +171,11 @@ def _released(event_type: str, key: str) -> None:
 
 
 def _llm_slot(s: WorkerSettings) -> SlotFactory:
+    from tulip_workers.fairshare import serving
     from tulip_workers.semaphore import llm_semaphore
 
-    sem = llm_semaphore(s.redis_url, s.llm)
-    return lambda: sem.aslot()
+    sem = llm_semaphore(s.redis_url, s.llm, tenant_share=s.tenant_share)
+    return lambda: sem.aslot(tenant=serving.get())
 
 
 def _scheduler(s: WorkerSettings) -> SummaryScheduler | None:

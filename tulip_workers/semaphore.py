@@ -11,6 +11,12 @@ the clocks of the worker hosts never matter. A holder that may outlive its lease
 Waiting is polling with short jittered pauses; the async API runs each Redis round
 trip in a thread (never blocking the event loop) and shares the pause schedule with
 the sync API.
+
+A caller that names its ``tenant`` is admitted fairly across tenants
+(``lua/semaphore_acquire_fair.lua``): a free slot goes to the waiting tenant holding
+the fewest slots, the one that began to wait first among those, and no tenant holds
+more than its share of the limit (``TULIP_TENANT_MAX_INFLIGHT``). The workers name the
+tenant of the event they run (:mod:`tulip_workers.fairshare`).
 """
 
 from __future__ import annotations
@@ -30,10 +36,12 @@ from functools import cached_property
 import redis
 
 from tulip_memory.errors import TulipMemoryError
+from tulip_memory.store.validation import NS_SEP
 from tulip_wire.endpoints import redis_client
 from tulip_wire.env import redis_url
 from tulip_wire.scripts import lua
-from tulip_wire.topology import SEMAPHORE_PREFIX
+from tulip_wire.topology import SEMAPHORE_PREFIX, fair_keys
+from tulip_workers.keyed import tenant_cap
 from tulip_workers.settings import LlmLimits
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -42,6 +50,10 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_TIMEOUT = 120.0
 _FIRST_PAUSE = 0.01
 _MAX_PAUSE = 0.25
+#: A fair waiter asks more often: a slot kept for its tenant stays free until it does.
+_FAIR_MAX_PAUSE = 0.1
+#: A tenant that has not asked for this long waits no more (its callers gave up).
+_FAIR_STALE_MS = 1000
 
 logger = logging.getLogger(__name__)
 
@@ -60,15 +72,25 @@ class RedisSemaphore:
     """At most ``limit`` holders of ``name`` at once, over every process using Redis."""
 
     def __init__(
-        self, client: redis.Redis, name: str, limit: int, lease_seconds: float = 60.0
+        self,
+        client: redis.Redis,
+        name: str,
+        limit: int,
+        lease_seconds: float = 60.0,
+        *,
+        tenant_share: float | None = None,
     ) -> None:
         _check_args(name, limit, lease_seconds)
         self.client = client
         self.name = name
         self.limit = limit
         self.lease_seconds = lease_seconds
+        #: Slots one tenant may hold at once (callers that name their tenant).
+        self.tenant_cap = tenant_cap(tenant_share, limit)
         self.key = f"{SEMAPHORE_PREFIX}{name}"
+        self._fair_keys = fair_keys(name)
         self._acquire = client.register_script(lua(__file__, "semaphore_acquire.lua"))
+        self._acquire_fair = client.register_script(lua(__file__, "semaphore_acquire_fair.lua"))
         self._renew = client.register_script(lua(__file__, "semaphore_renew.lua"))
         self._release = client.register_script(lua(__file__, "semaphore_release.lua"))
 
@@ -76,27 +98,39 @@ class RedisSemaphore:
     def _lease_ms(self) -> int:
         return max(1, round(self.lease_seconds * 1000))
 
-    def try_acquire(self) -> str | None:
-        """One admission attempt, without waiting: a holder token, or ``None`` if full."""
-        token = uuid.uuid4().hex
-        admitted = self._acquire(keys=[self.key], args=[self.limit, self._lease_ms, token])
-        return token if admitted == 1 else None
+    def try_acquire(self, tenant: str | None = None) -> str | None:
+        """One admission attempt, without waiting: a holder token, or ``None`` if full
+        (or, for a ``tenant``, if the slot is another waiting tenant's turn)."""
+        if tenant is None:
+            token = uuid.uuid4().hex
+            admitted = self._acquire(keys=[self.key], args=[self.limit, self._lease_ms, token])
+            return token if admitted == 1 else None
+        token = f"{tenant}{NS_SEP}{uuid.uuid4().hex}"
+        keys = [self.key, *self._fair_keys]
+        args: list[str | int] = [self.limit, self._lease_ms, token, tenant]
+        args += [self.tenant_cap, _FAIR_STALE_MS]
+        return token if self._acquire_fair(keys=keys, args=args) == 1 else None
 
-    def acquire(self, timeout: float = DEFAULT_TIMEOUT) -> str:
-        """Wait up to ``timeout`` seconds for a slot; returns the holder token."""
-        for pause in _pauses(timeout):
+    def acquire(self, timeout: float = DEFAULT_TIMEOUT, tenant: str | None = None) -> str:
+        """Wait up to ``timeout`` seconds for a slot (fairly across tenants, for a
+        ``tenant``); returns the holder token."""
+        for pause in _pauses(timeout, fair=tenant is not None):
             time.sleep(pause)
-            if token := self.try_acquire():
+            if token := self.try_acquire(tenant):
                 return token
         raise SemaphoreTimeout(self.name, self.limit, timeout)
 
     # The deadline is part of the contract (SemaphoreTimeout names the semaphore), and
     # the same word as the sync API; callers may still wrap it in asyncio.timeout.
-    async def aacquire(self, timeout: float = DEFAULT_TIMEOUT) -> str:  # noqa: ASYNC109
+    async def aacquire(
+        self,
+        timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109
+        tenant: str | None = None,
+    ) -> str:
         """:meth:`acquire` for coroutines: the event loop keeps running while it waits."""
-        for pause in _pauses(timeout):
+        for pause in _pauses(timeout, fair=tenant is not None):
             await asyncio.sleep(pause)
-            if token := await self._try_acquire_off_loop():
+            if token := await self._try_acquire_off_loop(tenant):
                 return token
         raise SemaphoreTimeout(self.name, self.limit, timeout)
 
@@ -116,11 +150,11 @@ class RedisSemaphore:
         return int(self.client.zcount(self.key, f"({now_ms}", "+inf"))
 
     @contextmanager
-    def slot(self, timeout: float = DEFAULT_TIMEOUT) -> Iterator[str]:
+    def slot(self, timeout: float = DEFAULT_TIMEOUT, tenant: str | None = None) -> Iterator[str]:
         """Hold a slot for the ``with`` block, its lease renewed every third of
         ``lease_seconds`` while the block runs (so the limit holds for blocks of any
         length, and a crashed holder's slot still frees within one lease)."""
-        token = self.acquire(timeout)
+        token = self.acquire(timeout, tenant)
         stop_renewing = self._renewing(token)
         try:
             yield token
@@ -129,10 +163,14 @@ class RedisSemaphore:
             self._check_released(self.release(token))
 
     @asynccontextmanager
-    async def aslot(self, timeout: float = DEFAULT_TIMEOUT) -> AsyncIterator[str]:  # noqa: ASYNC109
+    async def aslot(
+        self,
+        timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109
+        tenant: str | None = None,
+    ) -> AsyncIterator[str]:
         """Hold a slot for the ``async with`` block, renewed like :meth:`slot` (from a
         thread, so a block that holds up the event loop keeps its lease too)."""
-        token = await self.aacquire(timeout)
+        token = await self.aacquire(timeout, tenant)
         stop_renewing = self._renewing(token)
         try:
             yield token
@@ -173,8 +211,8 @@ class RedisSemaphore:
                 self.limit,
             )
 
-    async def _try_acquire_off_loop(self) -> str | None:
-        attempt = asyncio.ensure_future(asyncio.to_thread(self.try_acquire))
+    async def _try_acquire_off_loop(self, tenant: str | None) -> str | None:
+        attempt = asyncio.ensure_future(asyncio.to_thread(self.try_acquire, tenant))
         try:
             return await asyncio.shield(attempt)
         except asyncio.CancelledError:
@@ -240,15 +278,21 @@ def semaphore_from_env(name: str = "llm", lease_seconds: float | None = None) ->
     return llm_semaphore(redis_url(), limits, name)
 
 
-def llm_semaphore(url: str | None, limits: LlmLimits, name: str = "llm") -> RedisSemaphore:
-    """The semaphore ``name`` on ``url`` (else a local Redis), as ``limits`` say."""
+def llm_semaphore(
+    url: str | None, limits: LlmLimits, name: str = "llm", *, tenant_share: float | None = None
+) -> RedisSemaphore:
+    """The semaphore ``name`` on ``url`` (else a local Redis), as ``limits`` say; a
+    tenant holds at most ``tenant_share`` of it (``None``: all)."""
     client = redis_client(url or DEFAULT_REDIS_URL)
-    return RedisSemaphore(client, name, limits.max_inflight, limits.lease_seconds)
+    return RedisSemaphore(
+        client, name, limits.max_inflight, limits.lease_seconds, tenant_share=tenant_share
+    )
 
 
-def _pauses(timeout: float) -> Iterator[float]:
-    """Pauses before each attempt: none first, then jittered and growing, ending at the
-    deadline (so the last attempt happens at ``timeout``)."""
+def _pauses(timeout: float, *, fair: bool = False) -> Iterator[float]:
+    """Pauses before each attempt: none first, then jittered and growing (less for a
+    ``fair`` waiter), ending at the deadline (so the last attempt happens at ``timeout``)."""
+    most = _FAIR_MAX_PAUSE if fair else _MAX_PAUSE
     if not math.isfinite(timeout) or timeout < 0:
         raise ValueError(f"timeout must be a finite number >= 0, got {timeout!r}")
     deadline = time.monotonic() + timeout
@@ -256,7 +300,7 @@ def _pauses(timeout: float) -> Iterator[float]:
     step = _FIRST_PAUSE
     while (left := deadline - time.monotonic()) > 0:
         yield min(left, random.uniform(step / 2, step))
-        step = min(step * 2, _MAX_PAUSE)
+        step = min(step * 2, most)
 
 
 def _check_args(name: str, limit: int, lease_seconds: float) -> None:

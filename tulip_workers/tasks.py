@@ -20,12 +20,13 @@ from typing import Any
 from celery.signals import task_received, worker_process_init
 
 from tulip_memory.redaction import redact
-from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED, TASKS
+from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED, TASKS, tenant_of_key
 from tulip_wire.signing import Signer, signer_of
 from tulip_wire.tasksig import task_refusal
 from tulip_wire.topology import REINDEX_TASK, SUMMARIZE_TASK
 from tulip_workers.app import app
 from tulip_workers.event_worker import DEAD, EventWorker
+from tulip_workers.fairshare import for_tenant
 from tulip_workers.keyed import envelope_key
 from tulip_workers.outcomes import dead_letter_summary
 from tulip_workers.redelivery import deaths, running
@@ -78,13 +79,14 @@ def _ordered(
     killed = f"killed its worker {died} times" if died >= _max_deaths() else None
     task_id = request.id or uuid.uuid4().hex  # an eager call has none: no order to keep
     queue = info.get("routing_key")
+    key = envelope_key(body, task_id)
     # A message that was running when a worker died runs alone: a second death is its own.
     with (
-        rt.order(event_type).turn(task_id, envelope_key(body, task_id), exclusive=died > 0),
+        rt.order(event_type).turn(task_id, key, exclusive=died > 0),
         running(queue, task_id, rt.settings.redis_url),
     ):
         coro = worker(rt).handle_durably(body, request.id, queue, killed=killed)
-        outcome = rt.run(coro)
+        outcome = rt.run(for_tenant(tenant_of_key(key), coro))
     if outcome.outcome == DEAD:
         where = queue if isinstance(queue, str) else None
         raise DeadLettered(
@@ -121,7 +123,7 @@ def summarize(self: Any, *args: Any, sig: Any = None) -> str:
         return refused
     rt = runtime()
     try:
-        return rt.run(rt.summaries().run(*args))
+        return rt.run(for_tenant(str(args[0]), rt.summaries().run(*args)))
     except Exception as e:  # the thread stays loadable; its next checkpoint asks again
         failed = redact(describe(e))  # a model's error text may echo the thread
         log.warning("summary job %s failed: %s", self.request.id, failed)

@@ -186,3 +186,50 @@ def test_an_exclusive_task_runs_alone() -> None:
     for t in threads:
         t.join(10)
     assert events == ["busy-start", "busy-end", "suspect", "suspect-end", "later"]
+
+
+def test_a_freed_slot_goes_to_the_tenant_that_waited_longest_for_its_turn() -> None:
+    order = KeyOrder(slots=1)
+    noisy = [(f"n{i}", f"noisy\x1fk{i}") for i in range(6)]  # admitted first, 6 keys
+    quiet = [(f"q{i}", f"quiet\x1fk{i}") for i in range(2)]
+    tasks = [*noisy, *quiet]
+    for task_id, key in tasks:
+        order.admit(task_id, key)
+    ran: list[str] = []
+
+    def body(task_id: str, key: str) -> None:
+        with order.turn(task_id, key):
+            ran.append(task_id)
+
+    with order.turn("gate", "gate\x1fk"):  # holds the slot while every task waits
+        threads = [threading.Thread(target=body, args=t) for t in reversed(tasks)]
+        for t in threads:
+            t.start()
+        while len(order._waiters) < len(tasks):
+            time.sleep(0.001)
+    for t in threads:
+        t.join(30)
+    # one slot, taken in turn by each tenant with work waiting (the oldest head of
+    # each first): the quiet tenant's events do not wait for the noisy tenant's older ones
+    assert ran == ["n0", "q0", "n1", "q1", "n2", "n3", "n4", "n5"]
+
+
+def test_a_tenant_holds_at_most_its_share_of_the_slots() -> None:
+    order = KeyOrder(slots=4, tenant_share=0.5)
+    assert order.tenant_cap == 2
+    tasks = [(f"n{i}", f"noisy\x1fk{i}") for i in range(8)] + [("q0", "quiet\x1fk")]
+    lock = threading.Lock()
+    running: dict[str, int] = defaultdict(int)
+    peak: dict[str, int] = defaultdict(int)
+
+    def work(task_id: str, key: str) -> None:
+        tenant = key.split("\x1f")[0]
+        with lock:
+            running[tenant] += 1
+            peak[tenant] = max(peak[tenant], running[tenant])
+        time.sleep(0.01)
+        with lock:
+            running[tenant] -= 1
+
+    run_all(order, tasks, work)
+    assert peak["noisy"] == 2 and peak["quiet"] == 1

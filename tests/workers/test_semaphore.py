@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -239,7 +240,7 @@ async def test_cancelled_aacquire_gives_back_a_slot_it_won(
     won: list[str | None] = []
     real = sem.try_acquire
 
-    def slow_try_acquire() -> str | None:
+    def slow_try_acquire(tenant: str | None = None) -> str | None:
         time.sleep(0.2)  # the Redis round trip is in flight when the task is cancelled
         won.append(real())
         return won[-1]
@@ -285,3 +286,38 @@ def test_semaphore_from_env_falls_back_to_a_redis_broker(
     monkeypatch.delenv("TULIP_LLM_MAX_INFLIGHT", raising=False)
     monkeypatch.setenv("TULIP_BROKER_URL", redis_url)
     assert semaphore_from_env().holders() == 0
+
+
+def test_a_freed_slot_goes_to_the_tenant_waiting_for_its_turn_not_the_busiest(
+    client: redis.Redis, name: str
+) -> None:
+    sem = RedisSemaphore(client, name, 2)
+    held = [sem.acquire(tenant="noisy"), sem.acquire(tenant="noisy")]
+    got: list[str] = []
+
+    def wait_for_slot(tenant: str) -> None:
+        token = sem.acquire(timeout=20, tenant=tenant)
+        got.append(tenant)
+        time.sleep(0.3)
+        sem.release(token)
+
+    noisy = [threading.Thread(target=wait_for_slot, args=("noisy",)) for _ in range(6)]
+    for t in noisy:
+        t.start()
+    time.sleep(0.3)  # the noisy tenant's calls wait first
+    quiet = threading.Thread(target=wait_for_slot, args=("quiet",))
+    quiet.start()
+    time.sleep(0.3)
+    sem.release(held.pop())
+    for t in [quiet, *noisy]:
+        t.join(30)
+    sem.release(held.pop())
+    assert got[0] == "quiet" and got.count("noisy") == 6
+
+
+def test_a_tenant_holds_at_most_its_share_of_the_cap(client: redis.Redis, name: str) -> None:
+    sem = RedisSemaphore(client, name, 4, tenant_share=0.5)
+    mine = [sem.try_acquire(tenant="noisy") for _ in range(3)]
+    assert mine[2] is None and None not in mine[:2]  # 2 of 4, though 2 are free
+    assert sem.try_acquire(tenant="quiet") is not None
+    assert sem.holders() == 3
