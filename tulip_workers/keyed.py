@@ -87,6 +87,8 @@ class KeyOrder:
         self._alone = False
         #: Slots each tenant holds, and when each was last given one (its turn).
         self._tenant_running: dict[str, int] = {}
+        #: Tasks each tenant has admitted and not finished.
+        self._tenant_held: dict[str, int] = {}
         self._served: dict[str, int] = {}
         self._turns = 0
         self.peak_running = 0
@@ -99,6 +101,8 @@ class KeyOrder:
             self._key_of[task_id] = key
             self._admitted[task_id] = time.monotonic()
             self._fifos.setdefault(key, deque()).append(task_id)
+            tenant = tenant_of_key(key)
+            self._tenant_held[tenant] = self._tenant_held.get(tenant, 0) + 1
 
     def forget(self, task_id: str) -> None:
         """``task_id`` will not run: let the tasks behind it go."""
@@ -144,6 +148,11 @@ class KeyOrder:
         with self._lock:
             fifo = self._fifos.get(key)
             return len(fifo) if fifo else 0
+
+    def held_by_tenant(self, tenant: str) -> int:
+        """Tasks of ``tenant``'s keys admitted and not finished."""
+        with self._lock:
+            return self._tenant_held.get(tenant, 0)
 
     def waiting(self) -> int:
         """Admitted tasks not finished (running ones included)."""
@@ -213,8 +222,9 @@ class KeyOrder:
 
     def _forget_head(self, fifo: deque[str]) -> None:
         head = fifo.popleft()
-        self._key_of.pop(head, None)
         self._admitted.pop(head, None)
+        if (key := self._key_of.pop(head, None)) is not None:
+            self._unhold(key)
 
     def _remove(self, task_id: str) -> str | None:
         self._admitted.pop(task_id, None)
@@ -225,7 +235,16 @@ class KeyOrder:
         fifo.remove(task_id)
         if not fifo:
             del self._fifos[key]
+        self._unhold(key)
         return key
+
+    def _unhold(self, key: str) -> None:
+        tenant = tenant_of_key(key)
+        left = self._tenant_held.get(tenant, 0) - 1
+        if left > 0:
+            self._tenant_held[tenant] = left
+        else:
+            self._tenant_held.pop(tenant, None)
 
 
 def tenant_cap(share: float | None, limit: int) -> int:

@@ -40,17 +40,19 @@ backlog beyond the buffer still holds other keys back (see ``docs/fairness.md``)
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
-from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED, TASKS
+from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED, TASKS, tenant_of_key
 from tulip_wire.scripts import lua
 from tulip_wire.topology import (
     CHECKPOINT_QUEUE_PREFIX,
@@ -60,7 +62,7 @@ from tulip_wire.topology import (
     unparking_key,
 )
 from tulip_workers import reliable_redis
-from tulip_workers.keyed import MAX_KEY_PARSE_BYTES, envelope_key
+from tulip_workers.keyed import BUFFER_PER_SLOT, MAX_KEY_PARSE_BYTES, envelope_key
 from tulip_workers.reliable_redis import Unparked, delivering_key
 
 log = logging.getLogger(__name__)
@@ -76,8 +78,19 @@ _EVENT_OF_QUEUE = {
     f"{CHECKPOINT_QUEUE_PREFIX}.": CHECKPOINT_SAVED,
 }
 
-#: Messages of ``(event type, ordering key)`` this process holds (admitted, unfinished).
+#: Messages of ``(event type, ordering key or tenant)`` this process holds (admitted,
+#: unfinished).
 Held = Callable[[str, str], int]
+
+
+@dataclass(frozen=True)
+class Holdings:
+    """What this process holds of each event type: per key, per tenant, and the
+    reservation (messages) its worker takes at most."""
+
+    of_key: Held
+    of_tenant: Held
+    buffer: Callable[[str], int]
 
 
 @dataclass(frozen=True)
@@ -118,6 +131,12 @@ class QueueParking:
     ``arrive`` runs on the consumer thread for every message; a thread of its own takes
     messages back (``released`` asks it to); both hold one lock around each Redis step,
     so the consumer never sees a message on its way back before it is known as such.
+
+    A message is parked when its key holds ``reserve`` messages already, or its tenant
+    ``tenant_reserve`` (so one tenant's many keys cannot fill the reservation either),
+    or its key has parked messages or one on its way back (they are older). A key's
+    messages come back one at a time when the key and its tenant have room, a tenant's
+    parked keys in turn.
     """
 
     def __init__(
@@ -127,14 +146,18 @@ class QueueParking:
         queue: str,
         *,
         reserve: int,
+        tenant_reserve: int,
         held: Callable[[str], int],
+        tenant_held: Callable[[str], int],
         settle: int = 0,
     ) -> None:
         self.queue = queue
         self.reserve = reserve
+        self.tenant_reserve = max(reserve, tenant_reserve)
         self._client = client
         self._prefix = prefix
         self._held = held
+        self._tenant_held = tenant_held
         self._delivering = delivering_key(prefix, queue)
         self._index = prefix + parked_index_key(queue)
         self._record = prefix + unparking_key(queue)
@@ -144,8 +167,16 @@ class QueueParking:
         self._lock = threading.Lock()
         self._asked = threading.Condition(self._lock)
         #: Messages parked per key, and the tag of each key's message on its way back.
-        self.parked = {_text(k): int(n) for k, n in client.hgetall(self._index).items()}
-        self.coming = {_text(k): _text(t) for k, t in client.hgetall(self._record).items()}
+        self.parked: dict[str, int] = {}
+        self.coming: dict[str, str] = {}
+        #: Each tenant's parked keys, in the order they get their turn, and its keys
+        #: with a message on its way back.
+        self._by_tenant: dict[str, dict[str, None]] = {}
+        self._coming_of: Counter[str] = Counter()
+        for k, n in client.hgetall(self._index).items():
+            self._parked_locked(_text(k), int(n))
+        for k, t in client.hgetall(self._record).items():
+            self._coming_locked(_text(k), _text(t))
         self._wanted: set[str] = set()
         #: Nothing is taken back before the messages put back at the head of the queue
         #: before this process consumed are consumed: the ``settle`` our restore put
@@ -184,22 +215,30 @@ class QueueParking:
                 return Unparked(self._record, key, facts.tag)
             if facts.redelivered:
                 return False
-            if not self.parked.get(key) and coming is None and self._held(key) < self.reserve:
+            if not self.parked.get(key) and coming is None and self._room_locked(key):
                 return False
             return self._park_locked(item, key)
 
     def arrived(self, unparked: Unparked) -> None:
         """The message on its way back was delivered (its record cleared with its
-        unacked write): the key may take the next one back when it has room."""
+        unacked write): its tenant's keys may take the next ones back when they have
+        room."""
         with self._lock:
             if self.coming.get(unparked.key) == unparked.tag:
-                del self.coming[unparked.key]
-            self._want_locked(unparked.key)
+                self._coming_locked(unparked.key, None)
+            self._want_locked(tenant_of_key(unparked.key))
 
     def released(self, key: str) -> None:
-        """A task of ``key`` finished here: take its next parked message back, if any."""
+        """A task of ``key`` finished here: take back what its tenant has room for."""
         with self._lock:
-            self._want_locked(key)
+            self._want_locked(tenant_of_key(key))
+
+    def _room_locked(self, key: str) -> bool:
+        """Whether ``key`` and its tenant may hold one more message."""
+        if self._held(key) >= self.reserve:
+            return False
+        tenant = tenant_of_key(key)
+        return self._tenant_held(tenant) + self._coming_of[tenant] < self.tenant_reserve
 
     def _park_locked(self, item: bytes, key: str) -> bool:
         digest = hashlib.sha1(item, usedforsecurity=False).hexdigest()
@@ -208,14 +247,45 @@ class QueueParking:
         n = int(self._park(keys=keys, args=[digest, key]))
         if n == 0:  # no longer on the delivering list (put back meanwhile): deliver
             return False
-        self.parked[key] = n
+        self._parked_locked(key, n)
         self.parks += 1
         return True
 
-    def _want_locked(self, key: str) -> None:
-        if self.parked.get(key) and key not in self.coming and self._held(key) < self.reserve:
-            self._wanted.add(key)
-            self._asked.notify()
+    def _parked_locked(self, key: str, n: int) -> None:
+        tenant = tenant_of_key(key)
+        if n > 0:
+            self.parked[key] = n
+            self._by_tenant.setdefault(tenant, {}).setdefault(key, None)
+            return
+        self.parked.pop(key, None)
+        keys = self._by_tenant.get(tenant, {})
+        keys.pop(key, None)
+        if not keys:
+            self._by_tenant.pop(tenant, None)
+
+    def _coming_locked(self, key: str, tag: str | None) -> None:
+        tenant = tenant_of_key(key)
+        if tag is not None:
+            self._coming_of[tenant] += key not in self.coming
+            self.coming[key] = tag
+        elif self.coming.pop(key, None) is not None:
+            self._coming_of[tenant] -= 1
+            if self._coming_of[tenant] <= 0:
+                del self._coming_of[tenant]
+
+    def _want_locked(self, tenant: str) -> None:
+        """Ask for the next messages of ``tenant``'s parked keys, as many as it has
+        room for, its keys in turn."""
+        room = self.tenant_reserve - self._tenant_held(tenant) - self._coming_of[tenant]
+        for key in self._by_tenant.get(tenant, {}):
+            if room <= 0:
+                break
+            if key in self._wanted:
+                room -= 1
+            elif key not in self.coming and self._held(key) < self.reserve:
+                self._wanted.add(key)
+                self._asked.notify()
+                room -= 1
 
     def _run(self) -> None:
         while True:
@@ -226,8 +296,8 @@ class QueueParking:
                 if not self._settled and not self._settle_when_empty():
                     continue
                 if idle:  # what a missed release or a failed move left
-                    for key in list(self.parked):
-                        self._want_locked(key)
+                    for tenant in list(self._by_tenant):
+                        self._want_locked(tenant)
                 wanted, self._wanted = self._wanted, set()
                 for key in wanted:
                     self._take_back_locked(key)
@@ -252,22 +322,24 @@ class QueueParking:
         except redis.RedisError as e:
             log.warning("could not take back a parked message of %s (%s)", self.queue, e)
             return  # the next sweep tries again
-        if left:
-            self.parked[key] = int(left)
-        else:
-            self.parked.pop(key, None)
+        self._parked_locked(key, int(left))
         if tag:
-            self.coming[key] = _text(tag)
+            self._coming_locked(key, _text(tag))
             self.unparks += 1
+            tenant_keys = self._by_tenant.get(tenant_of_key(key))
+            if tenant_keys is not None and key in tenant_keys:  # its turn is over
+                del tenant_keys[key]
+                tenant_keys[key] = None
 
 
 class Parking:
     """This process's parking: one :class:`QueueParking` per shard queue it consumes
-    alone (made on its first message), and the hook the consumer calls."""
+    alone (made at the worker's start, or on its first message), and the hook the
+    consumer calls."""
 
-    def __init__(self, reserve: int | None, held: Held) -> None:
+    def __init__(self, reserve: int | None, holdings: Holdings) -> None:
         self._reserve = reserve
-        self._held = held
+        self._holdings = holdings
         self._queues: dict[str, QueueParking] = {}
         self._lock = threading.Lock()
 
@@ -303,23 +375,25 @@ class Parking:
     def released(self, event_type: str, key: str) -> None:
         """A task of ``event_type`` and ``key`` finished in this process."""
         for queue, parking in list(self._queues.items()):
-            if queue.startswith(f"{_prefix_of(event_type)}."):
+            if _event_of(queue) == event_type:
                 parking.released(key)
 
     def of(self, queue: str) -> QueueParking | None:
         return self._queues.get(queue)
 
     def _of(self, channel: Any, queue: str, event_type: str, restored: int = 0) -> QueueParking:
-        parking = self._queues.get(queue)
-        if parking is None:
-            with self._lock:
-                client = redis.Redis(connection_pool=channel.pool)
+        with self._lock:
+            parking = self._queues.get(queue)
+            if parking is None:
+                h = self._holdings
                 parking = self._queues[queue] = QueueParking(
-                    client,
+                    redis.Redis(connection_pool=channel.pool),
                     channel.global_keyprefix,
                     queue,
                     reserve=self.reserve,
-                    held=lambda key: self._held(event_type, key),
+                    tenant_reserve=h.buffer(event_type) // 2,
+                    held=functools.partial(h.of_key, event_type),
+                    tenant_held=functools.partial(h.of_tenant, event_type),
                     settle=restored,
                 )
         return parking
@@ -329,10 +403,6 @@ def _event_of(queue: str) -> str | None:
     return next((t for p, t in _EVENT_OF_QUEUE.items() if queue.startswith(p)), None)
 
 
-def _prefix_of(event_type: str) -> str:
-    return next(p[:-1] for p, t in _EVENT_OF_QUEUE.items() if t == event_type)
-
-
 def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else value
 
@@ -340,21 +410,33 @@ def _text(value: bytes | str) -> str:
 _parking: Parking | None = None
 
 
-def install(reserve: int | None = None, held: Held | None = None) -> Parking:
+def install(reserve: int | None = None, holdings: Holdings | None = None) -> Parking:
     """Park for this process's lone shard queues on Redis, ``reserve`` messages of a
     key in the reservation at most (default ``TULIP_KEY_RESERVATION``; ``0``: no
-    parking), counting what ``held`` says this process holds (default: its
-    :class:`~tulip_workers.keyed.KeyOrder`)."""
+    parking) and half the reservation of one tenant, counting what ``holdings`` says
+    this process holds (default: its :class:`~tulip_workers.keyed.KeyOrder`)."""
     global _parking
-    _parking = Parking(reserve, held or _held_here)
+    _parking = Parking(reserve, holdings or Holdings(_of_key, _of_tenant, _buffer))
     reliable_redis.park_items_with(_parking)
     return _parking
 
 
-def _held_here(event_type: str, key: str) -> int:
+def _of_key(event_type: str, key: str) -> int:
     from tulip_workers.runtime import runtime
 
     return runtime().order(event_type).held(key)
+
+
+def _of_tenant(event_type: str, tenant: str) -> int:
+    from tulip_workers.runtime import runtime
+
+    return runtime().order(event_type).held_by_tenant(tenant)
+
+
+def _buffer(event_type: str) -> int:
+    from tulip_workers.runtime import runtime
+
+    return BUFFER_PER_SLOT * runtime().order(event_type).slots
 
 
 def parking() -> Parking | None:
