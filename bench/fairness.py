@@ -59,8 +59,9 @@ from tulip_workers.keyed import BUFFER_PER_SLOT
 from tulip_workers.settings import CONCURRENCY, KEY_RESERVATION, LLM_MAX_INFLIGHT
 
 SHARDS = 2
-#: The idle period of the Redis measurement (counters, markers, pending lists).
-IDLE_TTL = 2.0
+#: The shortest idle period of the Redis measurement (counters, markers, pending lists):
+#: longer when publishing its keys takes longer, so none expires before it is counted.
+MIN_IDLE_TTL = 5.0
 
 
 @dataclass(frozen=True)
@@ -77,11 +78,12 @@ class Victim:
 class Footprint:
     namespaces: int
     threads: int
-    active_ns: float  # bytes per namespace while in use
-    active_thread: float
+    active_ns: float  # bytes per namespace while in use (its counter, one event's marker)
+    active_thread: float  # per thread (its counter, one save's marker and pending entry)
+    per_event: float  # bytes per further event of a namespace (its published marker)
     idle_ns: float  # after the idle period
-    idle_thread: float
-    keys_left: int
+    idle_ttl: float
+    keys_left: list[str]  # tulip:* keys after the idle period (none per key)
 
 
 @dataclass(frozen=True)
@@ -245,7 +247,14 @@ def measure_footprint(bench: Bench, count: int) -> Footprint:
     progress(f"Redis footprint: {count} namespaces, {count} threads ...")
     client = bench.redis
     client.flushdb()
-    ttl = {"seq_idle_ttl": IDLE_TTL, "status_ttl": IDLE_TTL, "pending_ttl": IDLE_TTL}
+    with bench.producer(SHARDS) as producer:  # how long a publish takes on this host now
+        started = time.perf_counter()
+        for i in range(100):
+            producer.session_ended(("tenant-w", "users", f"warm-{i}"), THREAD, SESSION)
+        each = (time.perf_counter() - started) / 100
+    client.flushdb()
+    idle_ttl = max(MIN_IDLE_TTL, 3 * 3 * count * each)
+    ttl = {"seq_idle_ttl": idle_ttl, "status_ttl": idle_ttl, "pending_ttl": idle_ttl}
     queues = [*ShardRouter(EXTRACT_QUEUE_PREFIX, SHARDS).queues()]
     queues += [shard_queue("memory.checkpoint", k) for k in range(SHARDS)]
     base = used_memory(client)
@@ -254,16 +263,20 @@ def measure_footprint(bench: Bench, count: int) -> Footprint:
             producer.session_ended(("tenant-a", "users", f"user-{i}"), THREAD, SESSION)
         client.delete(*queues)
         after_ns = used_memory(client)
+        for _ in range(count):
+            producer.session_ended(("tenant-a", "users", "user-0"), THREAD, SESSION)
+        client.delete(*queues)
+        after_events = used_memory(client)
         for i in range(count):
             producer.checkpoint_saved(f"thread-{i}", {"messages": []}, tenant="tenant-a")
     client.delete(*queues)
-    after_threads = used_memory(client)
-    expire_idle(client, 30 + IDLE_TTL)
+    after_threads = used_memory(client) - (after_events - after_ns)
+    expire_idle(client, 30 + idle_ttl)
     idle = used_memory(client)
-    left = sum(1 for _ in client.scan_iter(match="tulip:*", count=1000))
+    left = sorted(k.decode() for k in client.scan_iter(match="tulip:*", count=1000))
     return Footprint(
         count, count, (after_ns - base) / count, (after_threads - after_ns) / count,
-        max(0, idle - base) / count, 0.0, left,
+        (after_events - after_ns) / count, max(0, idle - base) / (2 * count), idle_ttl, left,
     )  # fmt: skip
 
 
@@ -343,7 +356,7 @@ def run(stack: contextlib.ExitStack, options: Options) -> Report:
     stack.callback(bench.forget_keys)
     migrate_now(configured_store(services.admin_dsn, bench.worker_env()))
     quota = measure_quota(bench, 2000 if options.samples >= 20 else 500)
-    footprint = measure_footprint(bench, 2000)
+    footprint = measure_footprint(bench, 10_000 if options.samples >= 20 else 3000)
     million = None
     if options.namespaces:
         per_ns = footprint.active_ns
@@ -369,11 +382,13 @@ def print_report(report: Report) -> None:
     print("  p99 of n sequential samples (n = 20: the largest); ratio <= 1.00 meets the target")
     f = report.footprint
     print(f"\nRedis per key ({f.namespaces} namespaces published once, {f.threads} threads "
-          f"saved once; idle period {IDLE_TTL:g} s)")  # fmt: skip
+          f"saved once; idle period {f.idle_ttl:.0f} s)")  # fmt: skip
     print(f"  while active: {f.active_ns:7.0f} B per namespace, {f.active_thread:7.0f} B per "
           "thread (counter, published marker; a thread's pending list)")  # fmt: skip
+    print(f"  each further event of a namespace: {f.per_event:7.0f} B (its published marker, "
+          f"for TULIP_STATUS_TTL)")  # fmt: skip
     print(f"  after the idle period: {f.idle_ns:7.1f} B per namespace or thread "
-          f"(target 0); tulip:* keys left: {f.keys_left}")  # fmt: skip
+          f"(target 0); tulip:* keys left: {len(f.keys_left)} {f.keys_left[:4]}")  # fmt: skip
     m = report.million
     if m is not None:
         used = (m.used_after - m.used_before) / 2**20
