@@ -8,8 +8,9 @@ script that numbers the event takes a token first (``tulip_wire/lua/quota.lua``)
 over-quota publish raises :class:`QuotaExceeded` and writes nothing (no number, no
 marker, no pending entry, no message). Unset (the default), the script reads no bucket.
 
-Events spooled while Redis was away were taken at the door already: their later
-delivery is not counted again.
+An event that goes to the producer's spool (Redis or the broker away, or older events
+still spooled) is not counted, neither then nor when the spool delivers it: an outage
+never turns into refusals once it is over.
 """
 
 from __future__ import annotations
