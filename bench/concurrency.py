@@ -45,15 +45,12 @@ from dataclasses import dataclass, replace
 from typing import cast
 
 import psutil
-import redis
 from celery import Celery
 
 from bench._services import (
     BenchError,
     WorkerPool,
     bench_main,
-    deferred_interrupts,
-    open_services,
     progress,
 )
 from bench.checkpoints import moto_server
@@ -63,17 +60,14 @@ from bench.pipeline import (
     Bench,
     CpuMeter,
     Latency,
-    LedgerProbe,
-    Servers,
     balanced_namespaces,
     extraction_model,
+    open_bench,
 )
-from tests.support.openai_server import FakeOpenAI
 from tulip_memory.chat import Client
 from tulip_memory.messages import Message, Role
 from tulip_memory.objects.s3 import s3_client
 from tulip_memory.state import AgentState
-from tulip_ops.provision import configured_store, migrate_now
 from tulip_producer import Producer
 from tulip_wire.celeryconfig import kombu_queue
 from tulip_wire.endpoints import kombu_url
@@ -398,20 +392,10 @@ class Options:
 
 
 def run(stack: contextlib.ExitStack, options: Options) -> Report:
-    services = open_services(
-        stack, options.admin_dsn, options.broker_url, prefix="tulip-bench-conc-"
-    )
-    with deferred_interrupts():
-        model = stack.enter_context(FakeOpenAI(keep_alive=True))
-    client = redis.Redis.from_url(services.broker_url)
-    stack.callback(client.close)
-    probe = LedgerProbe(services.admin_dsn)
-    stack.callback(probe.close)
-    bench = Bench(services, model, client, probe, MAX_SOLO, Servers.find(services, client, probe))
-    bench.ensure_idle_broker()
-    stack.callback(bench.forget_keys)
-    # The application role never migrates: the bench's table is migrated as the owner.
-    migrate_now(configured_store(services.admin_dsn, bench.worker_env()))
+    bench = open_bench(
+        stack, options.admin_dsn, options.broker_url, MAX_SOLO,
+        prefix="tulip-bench-conc-", keep_alive=True,
+    )  # fmt: skip
     progress(f"publish latency: {options.publishes} samples ...")
     publish = measure_publish(bench, options.publishes)
     c, latency = options.concurrency, options.latency

@@ -40,17 +40,14 @@ from dataclasses import dataclass
 
 import redis
 
-from bench._services import WorkerPool, bench_main, deferred_interrupts, open_services, progress
+from bench._services import WorkerPool, bench_main, progress
 from bench.pipeline import (
     SESSION,
     THREAD,
     Bench,
-    LedgerProbe,
-    Servers,
     extraction_model,
+    open_bench,
 )
-from tests.support.openai_server import FakeOpenAI
-from tulip_ops.provision import configured_store, migrate_now
 from tulip_producer.quota import PublishQuota
 from tulip_wire.events import SESSION_ENDED, namespace_key
 from tulip_wire.routing import ShardRouter
@@ -342,19 +339,10 @@ def measure_quota(bench: Bench, samples: int) -> Quota:
 
 
 def run(stack: contextlib.ExitStack, options: Options) -> Report:
-    services = open_services(
-        stack, options.admin_dsn, options.broker_url, prefix="tulip-bench-fair-"
-    )
-    with deferred_interrupts():
-        model = stack.enter_context(FakeOpenAI(keep_alive=True))
-    client = redis.Redis.from_url(services.broker_url)
-    stack.callback(client.close)
-    probe = LedgerProbe(services.admin_dsn)
-    stack.callback(probe.close)
-    bench = Bench(services, model, client, probe, SHARDS, Servers.find(services, client, probe))
-    bench.ensure_idle_broker()
-    stack.callback(bench.forget_keys)
-    migrate_now(configured_store(services.admin_dsn, bench.worker_env()))
+    bench = open_bench(
+        stack, options.admin_dsn, options.broker_url, SHARDS,
+        prefix="tulip-bench-fair-", keep_alive=True,
+    )  # fmt: skip
     quota = measure_quota(bench, 2000 if options.samples >= 20 else 500)
     footprint = measure_footprint(bench, 10_000 if options.samples >= 20 else 3000)
     million = None

@@ -890,20 +890,36 @@ class Options:
         return None
 
 
-def run(stack: contextlib.ExitStack, options: Options) -> Report:
-    services = open_services(stack, options.admin_dsn, options.broker_url)
+def open_bench(
+    stack: contextlib.ExitStack,
+    admin_dsn: str | None,
+    broker_url: str | None,
+    max_shards: int,
+    *,
+    prefix: str = "tulip-bench-pipeline-",
+    keep_alive: bool = False,
+) -> Bench:
+    """The services (given, else embedded), a model stub, the ledger probe and the
+    bench's own table, migrated; ``stack`` closes them and forgets the bench's keys."""
+    services = open_services(stack, admin_dsn, broker_url, prefix=prefix)
     with deferred_interrupts():
-        model = stack.enter_context(FakeOpenAI())
+        model = stack.enter_context(FakeOpenAI(keep_alive=keep_alive))
     client = redis.Redis.from_url(services.broker_url)
     stack.callback(client.close)
     probe = LedgerProbe(services.admin_dsn)
     stack.callback(probe.close)
     servers = Servers.find(services, client, probe)
-    bench = Bench(services, model, client, probe, max(options.shards), servers)
+    bench = Bench(services, model, client, probe, max_shards, servers)
     bench.ensure_idle_broker()
     stack.callback(bench.forget_keys)
     # The application role never migrates: the bench's table is migrated as the owner.
     migrate_now(configured_store(services.admin_dsn, bench.worker_env()))
+    return bench
+
+
+def run(stack: contextlib.ExitStack, options: Options) -> Report:
+    bench = open_bench(stack, options.admin_dsn, options.broker_url, max(options.shards))
+    services, probe = bench.services, bench.ledger
     if not services.embedded_postgres:
         stack.callback(lambda: probe.forget(bench.event_ids, bench.table))
     progress(f"publish latency: {options.publishes} samples ...")
