@@ -158,7 +158,7 @@ async def test_a_lost_base_is_rebuilt_from_the_pending_list_and_not_lost(
     env = checkpoint_delta(
         TENANT, thread, uuid.uuid4().hex, base=ids[2], patch=["{", {}, []],
         digest="0" * 16, ts=time.time(),
-    ).with_seq(9)  # fmt: skip
+    ).with_seq((fourth.envelope.seq or 0) + 1)  # fmt: skip
     assert await worker.handle(encode(env), env.id) == DEAD
     reason = await dead_reason(postgres.admin_dsn, env.id)
     assert ids[2] in reason and "pending list does not rebuild it" in reason
@@ -182,13 +182,14 @@ async def test_a_delta_onto_a_base_the_store_holds_otherwise_is_never_merged(
     states = turns(2)
     with Producer(settings) as producer:
         ids = [producer.checkpoint_saved(thread, s, tenant=TENANT) for s in states]
-    for d in delivered(settings, thread):
+    sent = delivered(settings, thread)
+    for d in sent:
         assert await worker.handle(d.args[0], d.task_id) == APPLIED
     patch = ["{", {"iterations": ["=", 99]}, []]
     env = checkpoint_delta(
         TENANT, thread, uuid.uuid4().hex, base=ids[1], patch=patch, digest="1" * 16,
         ts=time.time(),
-    ).with_seq(5)  # fmt: skip
+    ).with_seq((sent[-1].envelope.seq or 0) + 1)  # fmt: skip
     assert await worker.handle(encode(env), env.id) == DEAD
     reason = await dead_reason(postgres.admin_dsn, env.id)
     assert f"base checkpoint {ids[1]}" in reason and "digest" in reason
@@ -196,7 +197,7 @@ async def test_a_delta_onto_a_base_the_store_holds_otherwise_is_never_merged(
     hostile = checkpoint_delta(
         TENANT, thread, uuid.uuid4().hex, base=ids[1], patch=["[", [[0, 10**9]]],
         digest="2" * 16, ts=time.time(),
-    ).with_seq(6)  # fmt: skip
+    ).with_seq((sent[-1].envelope.seq or 0) + 2)  # fmt: skip
     assert await worker.handle(encode(hostile), hostile.id) == DEAD
     assert ids[1] in await dead_reason(postgres.admin_dsn, hostile.id)
 
