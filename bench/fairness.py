@@ -354,13 +354,12 @@ def run(stack: contextlib.ExitStack, options: Options) -> Report:
         stack, options.admin_dsn, options.broker_url, SHARDS,
         prefix="tulip-bench-fair-", keep_alive=True,
     )  # fmt: skip
+    victims = measure_victims(bench, options)
     quota = measure_quota(bench, 2000 if options.samples >= 20 else 500)
     footprint = measure_footprint(bench, 10_000 if options.samples >= 20 else 3000)
     million = None
     if options.namespaces:
-        per_ns = footprint.active_ns
-        million = measure_million(bench, options.namespaces, per_ns)
-    victims = measure_victims(bench, options)
+        million = measure_million(bench, options.namespaces, footprint.active_ns)
     return Report(options.concurrency, options.latency, victims, footprint, million, quota)
 
 
