@@ -308,7 +308,9 @@ def measure_million(bench: Bench, count: int, per_ns: float) -> Million:
                 if i and i % 100_000 == 0:
                     progress(f"  {i} published ({time.perf_counter() - started:.0f} s)")
 
-    publishers = [threading.Thread(target=publish, args=(n,)) for n in range(PUBLISHERS)]
+    publishers = [
+        threading.Thread(target=publish, args=(n,), daemon=True) for n in range(PUBLISHERS)
+    ]
     for t in publishers:
         t.start()
     for t in publishers:
