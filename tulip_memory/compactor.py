@@ -48,6 +48,7 @@ from tulip_memory.events import (
 )
 from tulip_memory.messages import Message, Role
 from tulip_memory.model_calls import estimate_tokens, import_litellm
+from tulip_memory.redaction import failure
 from tulip_memory.summarize import Summary, fingerprint
 
 logger = logging.getLogger(__name__)
@@ -289,8 +290,8 @@ class LLMCompactor(ConversationManager):
             return self._summarized(run, previous, self._covered(run), "cached")
         try:
             text = await self.summarize_fn(new, previous)
-        except Exception:
-            logger.exception("summarize_fn failed; dropping the middle instead")
+        except Exception as e:
+            logger.error("summarize_fn failed; dropping the middle instead: %s", failure(e))
             return self._without_model(run)
         self._remember(run, text)
         return self._summarized(run, text, self._covered(run), "summarize_fn")
@@ -329,8 +330,8 @@ class LLMCompactor(ConversationManager):
             return None
         try:
             summary = await self.summary_provider(run.messages)
-        except Exception:
-            logger.exception("summary_provider failed; compacting without it")
+        except Exception as e:
+            logger.error("summary_provider failed; compacting without it: %s", failure(e))
             return None
         middle = run.plan.middle
         if summary is None or not summary.covers(run.messages, middle.start, middle.stop):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import traceback
 
 _CLASS = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*(?=:)")
 
@@ -27,3 +28,13 @@ def redact(reason: str) -> str:
     found = _CLASS.match(reason)
     digest = hashlib.sha256(reason.encode()).hexdigest()[:12]
     return f"{found.group(0) if found else 'error'} ({len(reason)} chars, sha256:{digest})"
+
+
+def failure(error: BaseException) -> str:
+    """A swallowed error as a log line may carry it: :func:`redact`'s form of
+    ``"Class: message"`` and the frames of its traceback (file, line, function and
+    source line: code, never data), without the message, which may quote a model's
+    output or the conversation."""
+    frames = "".join(traceback.format_tb(error.__traceback__))
+    head = redact(f"{type(error).__name__}: {error}")
+    return f"{head}\nTraceback (most recent call last):\n{frames}".rstrip()

@@ -301,13 +301,17 @@ async def test_a_saved_compacted_history_extends_its_own_summary() -> None:
 
 
 async def test_a_failing_summarize_fn_drops_the_middle(caplog: pytest.LogCaptureFixture) -> None:
+    echo = "the model echoed: my card is " + "4111 1111 1111 1111"
+
     async def broken(messages: list[Message], previous: str | None) -> str:
-        raise RuntimeError("model down")
+        raise RuntimeError(echo)
 
     with caplog.at_level(logging.ERROR):
         kept = await compactor(summarize_fn=broken).async_apply(LONG_CHAT)
     assert tags(kept) == ["system", "m0", "m1", "m15", "m16", "m17", "m18", "m19"]
-    assert "summarize_fn failed" in caplog.text
+    assert "summarize_fn failed" in caplog.text and "RuntimeError (" in caplog.text
+    assert echo not in caplog.text  # the error's text may quote the conversation
+    assert "in broken" in caplog.text  # the frames stay
 
 
 def test_apply_cannot_await_and_drops_the_middle(events: EventLog) -> None:

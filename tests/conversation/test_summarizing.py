@@ -137,14 +137,18 @@ def test_apply_cannot_await_an_async_summarize_fn_and_summarizes_offline() -> No
 async def test_a_failing_summarize_fn_falls_back_to_the_offline_summary(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    echo = "the model echoed: my card is " + "4111 1111 1111 1111"
+
     async def broken(messages: list[Message]) -> str:
-        raise RuntimeError("model down")
+        raise RuntimeError(echo)
 
     manager = SummarizingManager(threshold=4, keep_recent=2, summarize_fn=broken)
     with caplog.at_level(logging.ERROR):
         kept = await manager.async_apply(chat(6))
     assert kept[0].content.startswith(HEADER.format(4) + "User: u0")
-    assert "summarize_fn failed" in caplog.text
+    assert "summarize_fn failed" in caplog.text and "RuntimeError (" in caplog.text
+    assert echo not in caplog.text  # the error's text may quote the conversation
+    assert "in broken" in caplog.text  # the frames stay
 
 
 async def test_triggered_and_completed_events_carry_the_counts(events: EventLog) -> None:

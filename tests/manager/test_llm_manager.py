@@ -278,7 +278,7 @@ async def test_failing_extraction_or_store_is_reported_not_raised(
     store: BaseStore, tenant: str, events: EventLog, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def broken(messages: list[Message]) -> list[Memory]:
-        raise RuntimeError("extractor down")
+        raise RuntimeError(f"extractor down on {messages[-1].content!r}")
 
     async def bad_key(messages: list[Message]) -> list[Memory]:
         return [mem("", "A memory the store refuses.")]
@@ -291,6 +291,8 @@ async def test_failing_extraction_or_store_is_reported_not_raised(
     assert [f["error"] for f in failed] == ["RuntimeError", "ValueError"]
     assert failed[0]["namespace"] == [tenant, "u1"] and "extractor down" in failed[0]["reason"]
     assert "memory extraction failed" in caplog.text
+    assert "Ana" not in caplog.text  # the log holds the redacted form only
+    assert "RuntimeError (" in caplog.text and "sha256:" in caplog.text
     assert await manager.retrieve() == []
 
 

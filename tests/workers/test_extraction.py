@@ -156,11 +156,17 @@ POISON = {
 }
 
 
+def unchecked(text: str, ns: tuple[str, ...]) -> str:
+    """An event as a forged or older client would send it: the JSON text written
+    without the producer's check (``encode`` refuses what no Postgres column holds)."""
+    return json.dumps(event(ns, text).to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+
 def poison_body(kind: str, ns: tuple[str, ...]) -> object:
     if kind == "a lone surrogate in a valid event's text":
-        return encode(event(ns, "My favourite colour is \ud83d."))
+        return unchecked("My favourite colour is \ud83d.", ns)
     if kind == "an escaped NUL in a valid event's text":
-        return encode(event(ns, "My favourite colour is \x00."))
+        return unchecked("My favourite colour is \x00.", ns)
     return POISON[kind]
 
 

@@ -42,6 +42,7 @@ from tulip_memory.events import (
     emit_sync,
 )
 from tulip_memory.messages import Message, Role
+from tulip_memory.redaction import failure
 from tulip_memory.summarize import extractive_summary
 
 logger = logging.getLogger(__name__)
@@ -156,8 +157,8 @@ class SummarizingManager(ConversationManager):
             return self._generate_summary(old)
         try:
             result = fn(old)
-        except Exception:
-            logger.exception("summarize_fn failed; using the offline summary")
+        except Exception as e:
+            logger.error("summarize_fn failed; using the offline summary: %s", failure(e))
             return self._generate_summary(old)
         if inspect.isawaitable(result):
             _discard(result)
@@ -171,8 +172,8 @@ class SummarizingManager(ConversationManager):
         try:
             result = self.summarize_fn(old)
             return str(await result if inspect.isawaitable(result) else result)
-        except Exception:
-            logger.exception("summarize_fn failed; using the offline summary")
+        except Exception as e:
+            logger.error("summarize_fn failed; using the offline summary: %s", failure(e))
             return self._generate_summary(old)
 
     def _generate_summary(self, old: list[Message]) -> str:

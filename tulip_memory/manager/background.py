@@ -15,6 +15,8 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 
+from tulip_memory.redaction import failure
+
 logger = logging.getLogger(__name__)
 
 Job = Callable[[], Awaitable[None]]
@@ -67,8 +69,8 @@ class BackgroundExtractions:
                 try:
                     async with self._semaphore:
                         await self.loop.create_task(_call(job), context=context)
-                except Exception:
-                    logger.exception("background memory extraction for %r failed", key)
+                except Exception as e:
+                    logger.error("background memory extraction for %r failed: %s", key, failure(e))
                 finally:
                     queue.popleft()
                     self._pending -= 1

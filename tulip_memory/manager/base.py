@@ -23,6 +23,7 @@ from tulip_memory.manager.background import BackgroundExtractions
 from tulip_memory.manager.block import inject_memory_block, latest_user_text, strip_memory_blocks
 from tulip_memory.manager.memory import Memory
 from tulip_memory.messages import Message
+from tulip_memory.redaction import failure
 from tulip_memory.state import AgentState
 
 logger = logging.getLogger(__name__)
@@ -123,7 +124,10 @@ class BaseMemoryManager(ABC):
             if memories:
                 await self.save(memories)
         except Exception as e:
-            logger.exception("memory extraction failed (%s)", fields or "default namespace")
+            # The error's text may quote the model's output or the conversation: the log
+            # line carries its redacted form; the in-process event keeps it for handlers.
+            where = fields or "default namespace"
+            logger.error("memory extraction failed (%s): %s", where, failure(e))
             await emit(
                 EV_MEMORY_MANAGER_EXTRACT_FAILED, error=type(e).__name__, reason=str(e), **fields
             )
