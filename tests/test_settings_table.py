@@ -1,4 +1,4 @@
-"""Every TULIP_* variable the code reads is in the README's Configuration table, and
+"""Every TULIP_* variable the code reads is in the Configuration table (docs/configuration.md), and
 every variable the table documents is one the code or the deployment files know: the
 table cannot drift."""
 
@@ -38,8 +38,8 @@ def names_in_deployment() -> set[str]:
 
 
 def names_in_table() -> set[str]:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Configuration", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    section = page.split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `TULIP_")]
     return {name for row in rows for name in NAME.findall(row.split(" | ", 1)[0])}
 

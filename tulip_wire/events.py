@@ -454,8 +454,8 @@ def _check_checkpoint_saved(p: dict[str, Any], event_id: str) -> None:
     if "tenant" not in p:
         raise EventError(
             "payload.tenant is missing: a checkpoint.saved event from before thread state "
-            "was keyed by tenant; drain the checkpoint queues before upgrading (README: "
-            "thread state per tenant)",
+            "was keyed by tenant; drain the checkpoint queues before upgrading (docs: "
+            "chat-backend.md, Upgrading from tenant-less threads)",
             event_id,
         )
     try:

@@ -10,7 +10,7 @@ OS's), and sorts a recall's candidates in memory. An eighth capped at 2 GB, as
 before, left the bench's 2.7 GB of tables and indexes (200,000 memories, a
 200,000-turn namespace, PostgresStore's copy) half out of the buffers: each query
 read back the HNSW pages the others had evicted (``search_turns`` p99 358 ms at 2 GB,
-27 ms with 6 GB; see the README). Buffers are memory a server touches, not memory it
+27 ms with 6 GB; see docs/benchmarks.md). Buffers are memory a server touches, not memory it
 takes at start: a test server that holds a few tables uses little of its quarter. A
 production server is sized by its operator.
 
