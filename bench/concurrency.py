@@ -266,7 +266,7 @@ def run_checkpoints(bench: Bench, endpoint: str, concurrency: int, saves: int) -
         progress(f"checkpoints: 1 worker at C={concurrency}, warming up ...")
 
         def save_round(producer: Producer, tenant: str) -> list[str]:
-            ids = []
+            ids: list[str] = []
             for i, (thread, state) in enumerate(threads):
                 turn = Message(role=Role.USER, content=f"{thread} says {len(state.messages)}")
                 threads[i] = (thread, replace(state, messages=(*state.messages, turn)))

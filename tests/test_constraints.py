@@ -1,8 +1,8 @@
 """constraints.txt: the dependency set CI tests and the image installs, pinned.
 
-Every dependency pyproject declares (the runtime set and the ``embedded``, ``server``
-and ``dev`` extras) has exactly one pin, the pin is inside the declared range, and neither the
-range nor the pin admits a withdrawn release (litellm 1.82.7 and 1.82.8 were
+Every dependency pyproject declares (the runtime set and the ``embedded``, ``server``,
+``docs`` and ``dev`` extras) has exactly one pin, the pin is inside the declared range,
+and neither the range nor the pin admits a withdrawn release (litellm 1.82.7 and 1.82.8 were
 published compromised and pulled)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-CHECKED_EXTRAS = ("embedded", "server", "dev")
+CHECKED_EXTRAS = ("embedded", "server", "docs", "dev")
 WITHDRAWN = {"litellm": ["1.82.7", "1.82.8"]}
 
 

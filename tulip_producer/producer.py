@@ -27,7 +27,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from types import TracebackType
 from typing import Any, Self
 
@@ -355,12 +356,27 @@ class _Publisher:
         self._redis.close()
 
 
-@dataclass(frozen=True)
-class SavedCheckpoint:
-    """A published save: the checkpoint's id and its event's."""
+class SavedCheckpoint(str):
+    """A published save: the checkpoint's id (this string: the seeds' checkpointer API
+    returns it) carrying the id of the event that publishes it (:attr:`event_id`, the
+    one Flower, the logs and ``Reader.status`` know)."""
 
-    checkpoint_id: str
     event_id: str
+
+    def __new__(cls, checkpoint_id: str, event_id: str) -> SavedCheckpoint:
+        saved = super().__new__(cls, checkpoint_id)
+        saved.event_id = event_id
+        return saved
+
+    @property
+    def checkpoint_id(self) -> str:
+        return str(self)
+
+    def __repr__(self) -> str:
+        return f"SavedCheckpoint({str(self)!r}, event_id={self.event_id!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SavedCheckpoint, (str(self), self.event_id))
 
 
 @dataclass(frozen=True)
@@ -565,8 +581,16 @@ class Producer:
         thread_id: str,
         messages: Sequence[Message] | Sequence[Mapping[str, Any]],
         metadata: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> str:
         """Publish a ``session.ended`` event (or spool it); returns its event id.
+
+        With ``idempotency_key`` (any string naming this session for you: a request id,
+        ``"<thread>/<session number>"``) the event id is derived from it, the namespace
+        and the thread, so publishing the same session again is the same event: the
+        workers' ledger applies it once and ``Reader.status`` of either call's id is the
+        one outcome. Without it every call is a new event.
 
         Bad input raises (``TypeError``/``ValueError``/:class:`EventError`) before
         anything is published or spooled.
@@ -574,6 +598,8 @@ class Producer:
         env = events.session_envelope(
             namespace, thread_id, _message_list(messages), metadata, ts=time.time()
         )
+        if idempotency_key is not None:
+            env = replace(env, id=events.idempotent_id(env.key, thread_id, idempotency_key))
         return self.publish_session(env)  # validates it, once
 
     def publish_session(self, env: Envelope) -> str:
@@ -597,17 +623,10 @@ class Producer:
 
     def checkpoint_saved(
         self, thread_id: str, state: AgentState | Mapping[str, Any], *, tenant: str
-    ) -> str:
-        """Publish ``tenant``'s thread's new state (or spool it); returns its checkpoint
-        id (:meth:`save_checkpoint` returns its event id too)."""
-        return self.save_checkpoint(thread_id, state, tenant=tenant).checkpoint_id
-
-    def save_checkpoint(
-        self, thread_id: str, state: AgentState | Mapping[str, Any], *, tenant: str
     ) -> SavedCheckpoint:
-        """Publish ``tenant``'s thread's new state (or spool it); its checkpoint id and
-        the id of the event carrying it (``Reader.status`` of that id says when a
-        worker wrote it).
+        """Publish ``tenant``'s thread's new state (or spool it); returns its checkpoint
+        id, a :class:`SavedCheckpoint` whose ``event_id`` is the id of the event carrying
+        it (``Reader.status(saved.event_id, tenant=...)`` says when a worker wrote it).
 
         Thread state is keyed by (tenant, thread id): the same thread id in another
         tenant is another thread. The event carries what changed since the last state
@@ -850,27 +869,28 @@ class AsyncProducer:
         thread_id: str,
         messages: Sequence[Message] | Sequence[Mapping[str, Any]],
         metadata: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> str:
         lock = self._key_locks[stable_hash(namespace_key(namespace)) % KEY_LOCK_STRIPES]
         async with lock:
             return await asyncio.to_thread(
-                self.sync.session_ended, namespace, thread_id, messages, metadata
+                partial(self.sync.session_ended, idempotency_key=idempotency_key),
+                namespace,
+                thread_id,
+                messages,
+                metadata,
             )
 
     # ``timeout`` as in Producer: a bound the worker thread honours and reports
     # (False), not a cancellation, which would leave the thread running.
     async def checkpoint_saved(
         self, thread_id: str, state: AgentState | Mapping[str, Any], *, tenant: str
-    ) -> str:
-        return (await self.save_checkpoint(thread_id, state, tenant=tenant)).checkpoint_id
-
-    async def save_checkpoint(
-        self, thread_id: str, state: AgentState | Mapping[str, Any], *, tenant: str
     ) -> SavedCheckpoint:
         lock = self._key_locks[stable_hash(thread_key(tenant, thread_id)) % KEY_LOCK_STRIPES]
         async with lock:
             return await asyncio.to_thread(
-                self.sync.save_checkpoint, thread_id, state, tenant=tenant
+                self.sync.checkpoint_saved, thread_id, state, tenant=tenant
             )
 
     async def flush(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -235,6 +236,32 @@ class AsyncReader:
         state = next(d for d in DONE_STATES if d == entry.status)
         return EventStatus(event_id, state, entry.reason, entry.memories)
 
+    # ``timeout`` as in QueuedMemoryManager.drain: a bound reported as TimeoutError.
+    async def wait(
+        self,
+        event_id: str,
+        *,
+        tenant: str,
+        timeout: float = 30.0,  # noqa: ASYNC109
+        interval: float = 0.1,
+    ) -> EventStatus:
+        """``tenant``'s event's status once a worker is done with it (``applied``,
+        ``superseded`` or ``dead``), asking every ``interval`` seconds; ``unknown`` at
+        once for an id nobody published for ``tenant``. ``TimeoutError`` naming the
+        event after ``timeout`` seconds. For reading one's own writes (a demo, a test,
+        a backfill); a chat backend's request path never waits for a worker."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status = await self.status(event_id, tenant=tenant)
+            if status.state != "pending":
+                return status
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"event {event_id} of tenant {tenant!r} still pending after {timeout:g} s "
+                    "(are the workers running? `tulip-memory dev` starts them)"
+                )
+            await asyncio.sleep(interval)
+
     async def _published(self, event_id: str, tenant: str) -> bool:
         """Whether a producer published ``event_id`` for ``tenant`` (its ordering key
         starts with the tenant); True when it cannot be told."""
@@ -282,6 +309,13 @@ class Reader:
 
     def status(self, event_id: str, *, tenant: str) -> EventStatus:
         return self._call(self.aio.status(event_id, tenant=tenant))
+
+    def wait(
+        self, event_id: str, *, tenant: str, timeout: float = 30.0, interval: float = 0.1
+    ) -> EventStatus:
+        return self._call(
+            self.aio.wait(event_id, tenant=tenant, timeout=timeout, interval=interval)
+        )
 
     def load(
         self,

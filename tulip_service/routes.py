@@ -168,7 +168,7 @@ async def checkpoint_saved(
     service = backend(request)
     state = await _new_state(service, thread_id, body, who.tenant)
     with refusals(_PATH_THREAD):
-        saved = await service.producer.save_checkpoint(thread_id, state, tenant=who.tenant)
+        saved = await service.producer.checkpoint_saved(thread_id, state, tenant=who.tenant)
     _accepted(response, saved.event_id)
     return models.CheckpointAccepted(event_id=saved.event_id, checkpoint_id=saved.checkpoint_id)
 

@@ -22,6 +22,7 @@ published later.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -160,6 +161,14 @@ def session_envelope(
         "metadata": dict(metadata or {}),
     }
     return Envelope(type=SESSION_ENDED, key=namespace_key(namespace), payload=payload, ts=ts)
+
+
+def idempotent_id(key: str, thread_id: str, idempotency_key: str) -> str:
+    """The event id of a caller's idempotency key: 32 hex digits of a BLAKE2b digest of
+    the namespace key, the thread and the caller's key, so the same session published
+    twice is one event, and two tenants' equal keys are two events."""
+    text = "\x1f".join((key, thread_id, idempotency_key))
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def tenant_of_key(key: str) -> str:

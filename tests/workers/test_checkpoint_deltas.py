@@ -216,7 +216,7 @@ async def test_two_producers_writing_one_thread_alternately_last_write_wins(
     with Producer(settings) as a, Producer(settings) as b:
         for i in range(40):
             for producer, states in ((a, a_states), (b, b_states)):
-                cid = producer.checkpoint_saved(thread, states[i], tenant=TENANT)
+                cid: str = producer.checkpoint_saved(thread, states[i], tenant=TENANT)
                 saved.append((cid, states[i]))
                 assert await reader.load(thread, tenant=TENANT) == states[i]
     sent = delivered(settings, thread)
