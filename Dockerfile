@@ -13,6 +13,8 @@ RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['p
 
 # Then the code, without touching the dependencies installed above.
 COPY README.md ./
+# The deployment's Celery settings (celery --config celeryconfig): WORKDIR is on sys.path.
+COPY celeryconfig.py ./
 COPY tulip_memory ./tulip_memory
 COPY tulip_wire ./tulip_wire
 COPY tulip_producer ./tulip_producer

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,5 +52,10 @@ def test_no_forbidden_import_between_rooms() -> None:
 
 
 def test_no_top_level_module_a_users_app_may_have() -> None:
-    for name in ("celeryconfig.py", "producer", "workers"):
+    """The root ``celeryconfig.py`` is a deployment file (Celery's convention), never
+    installed: only the ``tulip_*`` packages are."""
+    for name in ("producer", "workers"):
         assert not (ROOT / name).exists(), name
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "py-modules" not in setuptools
+    assert all(p.startswith("tulip_") for p in setuptools["packages"]["find"]["include"])

@@ -120,6 +120,12 @@ def _parser() -> argparse.ArgumentParser:
         "(default: TULIP_EXTRACT_CONCURRENCY / TULIP_CHECKPOINT_CONCURRENCY, else 16)",
     )
     worker.add_argument("--log-dir", type=Path, help="one log file per worker (default: stdout)")
+    worker.add_argument(
+        "--config",
+        metavar="MODULE",
+        help="Celery settings module, importable from the current directory (as celery "
+        "--config; e.g. the repository's celeryconfig.py); default: tulip_wire.celeryconfig",
+    )
     worker.set_defaults(run=_worker)
 
     provision = sub.add_parser(
@@ -251,8 +257,11 @@ def _worker(args: argparse.Namespace) -> int:
     shards = (
         celeryconfig.CHECKPOINT_SHARDS if args.role == "checkpoint" else celeryconfig.EXTRACT_SHARDS
     )
+    config = {"CELERY_CONFIG_MODULE": args.config} if args.config else {}
     supervisor = Supervisor(
-        role_specs(args.role, shards, args.shards, args.concurrency), worker_env({}), args.log_dir
+        role_specs(args.role, shards, args.shards, args.concurrency),
+        worker_env(config),
+        args.log_dir,
     )
     stop = _stop_on_signals()
     supervisor.start()

@@ -1,6 +1,10 @@
-"""The Celery application; every setting comes from ``tulip_wire.celeryconfig``."""
+"""The Celery application; every setting comes from ``tulip_wire.celeryconfig``, or from
+the module ``CELERY_CONFIG_MODULE`` names (what ``celery --config MODULE`` sets: a
+deployment's ``celeryconfig.py``, which re-exports those settings)."""
 
 from __future__ import annotations
+
+import os
 
 from celery import Celery
 
@@ -12,7 +16,7 @@ from tulip_workers.redelivery import install as install_redelivery
 from tulip_workers.refusals import install as install_refusals
 
 app = Celery("tulip_memory", include=["tulip_workers.tasks"])
-app.config_from_object("tulip_wire.celeryconfig")
+app.config_from_object(os.environ.get("CELERY_CONFIG_MODULE") or "tulip_wire.celeryconfig")
 # Messages Celery refuses before any task runs become dead letters (tulip_workers.refusals).
 app.conf.worker_consumer = "tulip_workers.refusals:Consumer"
 install_refusals()  # and items on a Redis shard queue that are no kombu message at all
