@@ -98,6 +98,7 @@ def test_dev_serves_until_interrupted_leaves_nothing_behind_and_the_demo_passes_
         assert stat.S_IMODE((server_dir / "redis").stat().st_mode) == 0o700
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 0
+        assert not (server_dir / "tulip.env").exists()
         for pid in [redis_pid, postmaster, *(c.pid for c in children)]:
             assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", pid
     finally:
@@ -123,7 +124,9 @@ def test_dev_serves_until_interrupted_leaves_nothing_behind_and_the_demo_passes_
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "facts recalled    50/50" in demo.stdout
     assert "tenant isolation  holds" in demo.stdout
-    assert (server_dir / "tulip.env").exists()
+    # A stopped stack leaves no settings to source, and no PID in its lock.
+    assert not (server_dir / "tulip.env").exists()
+    assert (server_dir / "dev.lock").read_text() == ""
 
 
 def _assert_no_secret_in_any_cmdline(secret: str) -> None:

@@ -82,12 +82,103 @@ def test_every_option_has_plain_help() -> None:
         (["graphs", "--most", "-1"], {"TULIP_DATABASE_ADMIN_URL": "postgresql://x"}, "--most"),
         (["graphs"], {"TULIP_DATABASE_ADMIN_URL": "postgresql://x"}, "TULIP_DATABASE_URL"),
         (["nonsense"], {}, "invalid choice: 'nonsense'"),
+        (["dev", "--shards", "0"], {}, "--shards: must be at least 1, got 0"),
+        (["metrics", "--port", "70000"], {}, "--port: must be a port in 1..65535, got 70000"),
+        (["dlq", "list", "--limit", "0"], {}, "--limit: must be at least 1, got 0"),
+        (
+            ["graphs"],
+            {"TULIP_BROKER_URL": "redis://:change-me@redis:6379/0"},
+            "TULIP_BROKER_URL holds the placeholder 'change-me' of .env.example",
+        ),
+        (
+            ["graphs"],
+            {"TULIP_REDIS_URL": "redis://:a/b+c@redis:6379/0"},
+            "TULIP_REDIS_URL is not a valid URL",
+        ),
     ],
 )
 def test_configuration_errors_are_one_line(
     argv: list[str], env: dict[str, str], expected: str
 ) -> None:
-    assert expected in one_error_line(run(*argv, **env))
+    line = one_error_line(run(*argv, **env))
+    assert expected in line and "error: " in line, line
+    assert "/" not in line.split("error: ")[-1].split(" ")[0], "a value was echoed"
+
+
+def test_a_missing_admin_dsn_is_asked_for_in_the_environment_never_on_argv() -> None:
+    for argv in (["dlq", "list"], ["keys", "list"]):
+        line = one_error_line(run(*argv))
+        assert line.startswith("error: TULIP_DATABASE_ADMIN_URL is not set"), line
+        assert "export TULIP_DATABASE_ADMIN_URL=" in line and "--database-url" not in line
+    for parser in _parsers(_parser()):
+        assert not any("url" in opt for a in parser._actions for opt in a.option_strings)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["dlq", "list"], ["keys", "list"], ["reindex", "--status", "--tenant", "acme"], ["graphs"]],
+)
+def test_an_unreachable_database_names_its_variable_and_host_and_no_secret(
+    argv: list[str],
+) -> None:
+    """Each DSN points somewhere nobody answers (a closed port, the socket directory of
+    a stopped stack, as a stale tulip.env does); the line names the one tried."""
+    for where in ("port", "socket"):
+        env: dict[str, str] = {}
+        for variable in ("TULIP_DATABASE_URL", "TULIP_DATABASE_ADMIN_URL"):
+            if where == "port":
+                env[variable] = f"postgresql://tulip:s3cret@127.0.0.1:{_closed_port()}/tulip"
+            else:
+                gone = f"/tmp/gone-{uuid.uuid4().hex[:8]}"  # short: a socket path's limit
+                env[variable] = f"postgresql://tulip:s3cret@/tulip?host={gone}"
+        line = one_error_line(run(*argv, **env))
+        assert line.startswith("error: cannot reach Postgres at postgresql://***@"), line
+        assert "s3cret" not in line, line
+        reason = "Connect call failed" if where == "port" else "no server socket there"
+        assert reason in line, line
+        tried = [v for v in env if env[v].split("@", 1)[1] in line]
+        assert len(tried) == 1 and f"({tried[0]})" in line, line
+
+
+async def test_a_reader_on_an_unreachable_database_says_where() -> None:
+    from tulip_memory.errors import DatabaseUnreachable
+    from tulip_memory.store import PgMemory
+    from tulip_producer import Reader
+
+    port = _closed_port()
+    reader = Reader(PgMemory(f"postgresql://app:s3cret@127.0.0.1:{port}/tulip"))
+    try:
+        with pytest.raises(DatabaseUnreachable) as caught:
+            reader.recall(("acme", "u"), "anything")
+    finally:
+        reader.close()
+    assert isinstance(caught.value, ConnectionError)
+    message = str(caught.value)
+    assert message.startswith(f"cannot reach Postgres at postgresql://***@127.0.0.1:{port}/tulip")
+    assert "s3cret" not in message
+
+
+def test_reindex_hints_are_commands_that_reach_the_same_job() -> None:
+    from tulip_ops.reindex_cli import _again
+
+    assert _again("acme", "--finalize") == "tulip-memory reindex --finalize --tenant acme"
+    assert _again("a b", "--resume") == "tulip-memory reindex --resume --tenant 'a b'"
+    assert _again(None, "--status") == "tulip-memory reindex --status"
+
+
+def test_namespaces_print_as_the_tuples_applications_name_them() -> None:
+    from tulip_memory.reindex.graphs import Graph
+
+    graph = Graph("memories", "acme", "acme\x1fusers\x1fmaya", "embedding")
+    assert str(graph) == "memories of namespace ('acme', 'users', 'maya') (embedding)"
 
 
 def test_an_unknown_provider_is_one_line_without_litellm_banners(postgres: Postgres) -> None:
@@ -121,7 +212,8 @@ async def test_status_without_a_job_is_not_an_error(postgres: Postgres) -> None:
                **dsns(postgres))  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (
-        "no reindex job for tenant 'acme'; `tulip-memory reindex --model NEW` starts one"
+        "no reindex job for tenant 'acme'; `tulip-memory reindex --model NEW --tenant acme` "
+        "starts one"
     )
 
 
@@ -143,7 +235,7 @@ async def test_graphs_builds_and_drops_a_namespaces_own_graph(
     assert built.returncode == 0, built.stderr
     assert beat.exists()  # the compose healthcheck's file
     assert built.stdout.splitlines() == [
-        "built memories 'acme'/'acme\\x1fusers' (embedding)",
+        "built memories of namespace ('acme', 'users') (embedding)",
         "namespace graphs: 1 built, 0 dropped, 0 kept",
     ]
     again = run("graphs", "--min-rows", "10", **env)

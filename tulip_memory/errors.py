@@ -49,3 +49,26 @@ class ModelCallError(TulipMemoryError):
 
 class EmbeddingError(TulipMemoryError):
     """An embedder failed or returned vectors that cannot be used."""
+
+
+class DatabaseUnreachable(TulipMemoryError, ConnectionError):
+    """Postgres did not answer at ``where`` (the DSN without its credentials): refused,
+    timed out, no such host, or no server socket where the DSN points (a stopped
+    stack). ``setting`` names the variable the DSN came from, when the caller knows it.
+    A :class:`ConnectionError`, so handlers of the network error keep catching it."""
+
+    def __init__(self, where: str, cause: OSError, setting: str | None = None) -> None:
+        self.where = where
+        self.setting = setting
+        reason = cause.strerror or str(cause) or type(cause).__name__
+        if isinstance(cause, FileNotFoundError):
+            reason = f"no server socket there ({reason}): is the server running?"
+        named = f" ({setting})" if setting else ""
+        super().__init__(f"cannot reach Postgres at {where}{named}: {reason}")
+
+    def named(self, setting: str) -> DatabaseUnreachable:
+        """The same error naming the variable its DSN came from."""
+        cause = self.__cause__ if isinstance(self.__cause__, OSError) else OSError(str(self))
+        error = DatabaseUnreachable(self.where, cause, setting)
+        error.__cause__ = self.__cause__
+        return error

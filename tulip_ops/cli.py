@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import re
 import signal
 import sys
@@ -19,8 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from tulip_memory.errors import TulipMemoryError
+from tulip_memory.errors import DatabaseUnreachable, TulipMemoryError
+from tulip_ops.argtypes import at_least, port
 from tulip_ops.dev.supervisor import POOLED, ROLES
+from tulip_ops.failures import named
+from tulip_ops.placeholders import deployment_problems
 from tulip_wire.logs import configure as configure_logs
 
 if TYPE_CHECKING:
@@ -62,8 +66,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "run"):
         parser.print_help()
         return EXIT_USAGE
+    if problems := deployment_problems(os.environ):
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         result: int = args.run(args)
+    except DatabaseUnreachable as e:  # a service that does not answer: name its variable
+        return _fail(named(e), 1)
     except (ValueError, TulipMemoryError) as e:  # configuration: the message names it
         return _fail(e, EXIT_USAGE)
     except OSError as e:  # a service that does not answer
@@ -98,9 +108,9 @@ def _parser() -> argparse.ArgumentParser:
         help="where the stack keeps its data, sockets, logs and tulip.env (default: .tulip-dev)",
     )
     dev.add_argument("--demo", action="store_true", help="run the demo workload, check, exit")
-    dev.add_argument("--tenants", type=int, default=5, help="demo: number of tenants")
-    dev.add_argument("--users", type=int, default=40, help="demo: users per tenant")
-    dev.add_argument("--shards", type=int, default=2, help="ordered shard queues per role")
+    dev.add_argument("--tenants", type=at_least(1), default=5, help="demo: number of tenants")
+    dev.add_argument("--users", type=at_least(1), default=40, help="demo: users per tenant")
+    dev.add_argument("--shards", type=at_least(1), default=2, help="ordered shard queues per role")
     dev.add_argument("--no-flower", action="store_true", help="do not start Flower")
     dev.set_defaults(run=_dev)
 
@@ -163,28 +173,27 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--address", default="127.0.0.1", help="address to bind (default: 127.0.0.1)"
     )
-    serve.add_argument("--port", type=int, help="port (default: TULIP_HTTP_PORT, else 8080)")
+    serve.add_argument("--port", type=port, help="port (default: TULIP_HTTP_PORT, else 8080)")
     serve.set_defaults(run=_serve)
 
     metrics = sub.add_parser(
         "metrics", help="serve Prometheus /metrics: queue depths, dead letters, LLM slots"
     )
-    metrics.add_argument("--port", type=int, default=9808, help="port (default: 9808)")
+    metrics.add_argument("--port", type=port, default=9808, help="port (default: 9808)")
     metrics.add_argument(
         "--address", default="127.0.0.1", help="address to bind (default: 127.0.0.1)"
     )
     metrics.set_defaults(run=_metrics)
 
-    dlq = sub.add_parser("dlq", help="inspect and replay dead letters (admin connection)")
-    dlq.add_argument(
-        "--database-url",
-        help="an administrator DSN (default: TULIP_DATABASE_ADMIN_URL) that can read "
-        "every tenant's dead letters",
+    dlq = sub.add_parser(
+        "dlq",
+        help="inspect and replay dead letters (TULIP_DATABASE_ADMIN_URL: an administrator "
+        "DSN that can read every tenant's dead letters)",
     )
     dlq_sub = dlq.add_subparsers(title="dlq commands", required=True)
     listing = dlq_sub.add_parser("list", help="newest dead letters first")
     listing.add_argument(
-        "--limit", type=int, default=50, help="at most this many letters (default: 50)"
+        "--limit", type=at_least(1), default=50, help="at most this many letters (default: 50)"
     )
     listing.add_argument("--all", action="store_true", help="include replayed ones")
     listing.set_defaults(run=_dlq, action="list")
@@ -278,10 +287,7 @@ def _dlq(args: argparse.Namespace) -> int:
     from tulip_ops.dev.embedded import run_async
     from tulip_ops.settings import OpsSettings
 
-    url = args.database_url or OpsSettings.from_env().database_admin_url
-    if not url:
-        print("set TULIP_DATABASE_ADMIN_URL or pass --database-url", file=sys.stderr)
-        return 2
+    url = OpsSettings.from_env().admin_url(f"tulip-memory dlq {args.action}")
     try:
         lines: list[str] = run_async(_dlq_async(url, args))
     except (LookupError, ValueError, PermissionError) as e:
@@ -292,11 +298,10 @@ def _dlq(args: argparse.Namespace) -> int:
 
 
 async def _dlq_async(url: str, args: argparse.Namespace) -> list[str]:
-    import asyncpg
-
+    from tulip_memory.store.postgres.connect import connect
     from tulip_workers import dlq
 
-    conn = await asyncpg.connect(url)
+    conn = await connect(url, "TULIP_DATABASE_ADMIN_URL")
     try:
         await dlq.as_operator(conn)
         if args.action == "list":
@@ -325,10 +330,7 @@ def _provision(args: argparse.Namespace) -> int:
     from tulip_ops.settings import OpsSettings
 
     settings = OpsSettings.from_env()
-    admin = settings.database_admin_url
-    if not admin:
-        print("set TULIP_DATABASE_ADMIN_URL to an administrator DSN", file=sys.stderr)
-        return 2
+    admin = settings.admin_url("tulip-memory provision")
     store = configured_store(admin, os.environ)
 
     async def go() -> None:

@@ -23,8 +23,9 @@ from typing import Any
 
 import asyncpg
 
-from tulip_memory.errors import TulipMemoryError
+from tulip_memory.errors import DatabaseUnreachable, TulipMemoryError
 from tulip_memory.reindex.graphs import MIN_ROWS, MOST, PER_TENANT, Graphs, Refreshed
+from tulip_ops.failures import named
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -65,10 +66,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from tulip_ops.settings import OpsSettings
 
-    admin = OpsSettings.from_env().database_admin_url
-    if not admin:
-        print("error: set TULIP_DATABASE_ADMIN_URL (the administrator DSN)", file=sys.stderr)
-        return EXIT_USAGE
+    admin = OpsSettings.from_env().admin_url("tulip-memory graphs")
     if min(args.most, args.per_tenant) < 0 or args.min_rows < 1 or (args.every or 1) <= 0:
         print("error: --most, --per-tenant >= 0, --min-rows >= 1, --every > 0", file=sys.stderr)
         return EXIT_USAGE
@@ -76,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             done = asyncio.run(_refresh(admin, args))
         except (TulipMemoryError, PermissionError, OSError, asyncpg.PostgresError) as e:
-            print(f"error: {e}", file=sys.stderr)
+            shown = named(e) if isinstance(e, DatabaseUnreachable) else e
+            print(f"error: {shown}", file=sys.stderr)
             if args.every is None:
                 return EXIT_FAILED
         else:

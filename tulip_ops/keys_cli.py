@@ -25,9 +25,6 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument(
-        "--database-url", help="an administrator DSN (default: TULIP_DATABASE_ADMIN_URL)"
-    )
     keys_sub = cmd.add_subparsers(title="keys commands", required=True)
     create = keys_sub.add_parser("create", help="a new key of a tenant, printed once")
     create.add_argument("--tenant", required=True, help="the tenant the key acts for")
@@ -50,10 +47,7 @@ def add_parser(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from tulip_ops.dev.embedded import run_async
 
-    url = args.database_url or OpsSettings.from_env().database_admin_url
-    if not url:
-        print("set TULIP_DATABASE_ADMIN_URL or pass --database-url", file=sys.stderr)
-        return 2
+    url = OpsSettings.from_env().admin_url("tulip-memory keys")
     try:
         lines: list[str] = run_async(_as_operator(url, args, args.action))
     except (LookupError, PermissionError) as e:
@@ -66,11 +60,10 @@ def _run(args: argparse.Namespace) -> int:
 async def _as_operator(
     url: str, args: argparse.Namespace, action: Callable[[Any, argparse.Namespace], Awaitable[Any]]
 ) -> list[str]:
-    import asyncpg
-
     from tulip_memory.store.postgres.admin import as_operator
+    from tulip_memory.store.postgres.connect import connect
 
-    conn = await asyncpg.connect(url)
+    conn = await connect(url, "TULIP_DATABASE_ADMIN_URL")
     try:
         await as_operator(conn)
         await keys.ApiKeys().ensure(conn)

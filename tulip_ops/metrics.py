@@ -14,21 +14,33 @@ queue. This exporter asks the broker and Redis directly on every scrape:
   semaphore, and its limit;
 - ``tulip_producer_spool_depth{producer}``: events spooled by each producer that
   reports it (``Producer`` does, every few seconds while it runs);
-- ``tulip_broker_up``: 1 when the broker answered this scrape.
+- ``tulip_events_total{queue,outcome}``: events the workers are done with, by queue and
+  outcome (``applied``, ``superseded``, ``duplicate``, ``dead``);
+- ``tulip_event_latency_seconds{queue}``: a histogram of the seconds from an event's
+  publish to its outcome (both counted by the workers in Redis, ``tulip_workers.tally``);
+- ``tulip_broker_up``: 1 when the broker answered this scrape;
+- ``tulip_build_info{version,python}``: 1, labelled with what runs.
 """
 
 from __future__ import annotations
 
 import base64
+import importlib.metadata
 import json
 import logging
+import platform
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tulip_memory.credentials import redact_url
@@ -36,7 +48,7 @@ from tulip_wire import celeryconfig, topology
 from tulip_wire.endpoints import redis_client
 from tulip_wire.env import redis_url
 from tulip_workers.settings import LLM_MAX_INFLIGHT
-from tulip_workers.tally import DeadLetterTally
+from tulip_workers.tally import DeadLetterTally, OutcomeTally
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +85,13 @@ class PipelineCollector(Collector):
         except Exception as e:
             log.warning("broker %s: %s", redact_url(celeryconfig.broker_url), e)
             up.add_metric([], 0)
-        yield from (depth, unacked, oldest, up)
+        build = GaugeMetricFamily(
+            "tulip_build_info",
+            "1, labelled with the tulip-memory version and the Python it runs on",
+            labels=["version", "python"],
+        )
+        build.add_metric([_version(), platform.python_version()], 1)
+        yield from (depth, unacked, oldest, up, build)
         if self.redis is not None:
             yield from self._redis_metrics()
 
@@ -95,8 +113,24 @@ class PipelineCollector(Collector):
         dead = CounterMetricFamily(
             "tulip_dead_letters", "Dead letters filed, by reason class", labels=["reason_class"]
         )
-        inflight = GaugeMetricFamily("tulip_llm_inflight", "Live slots of the LLM semaphore")
-        limit = GaugeMetricFamily("tulip_llm_max_inflight", "TULIP_LLM_MAX_INFLIGHT")
+        inflight = GaugeMetricFamily(
+            "tulip_llm_inflight", "Model calls in flight across all workers (live LLM slots)"
+        )
+        limit = GaugeMetricFamily(
+            "tulip_llm_max_inflight",
+            "The cap on model calls in flight across all workers (TULIP_LLM_MAX_INFLIGHT)",
+        )
+        outcomes = CounterMetricFamily(
+            "tulip_events",
+            "Events a worker is done with, by queue and outcome "
+            "(applied, superseded, duplicate, dead)",
+            labels=["queue", "outcome"],
+        )
+        latency = HistogramMetricFamily(
+            "tulip_event_latency_seconds",
+            "Seconds from an event's publish to its outcome (applied or superseded), by queue",
+            labels=["queue"],
+        )
         spool = GaugeMetricFamily(
             "tulip_producer_spool_depth", "Events in a producer's spool", labels=["producer"]
         )
@@ -106,11 +140,23 @@ class PipelineCollector(Collector):
             inflight.add_metric([], _live_leases(self.redis, f"{topology.SEMAPHORE_PREFIX}llm"))
             for producer, count in _spool_reports(self.redis):
                 spool.add_metric([producer], count)
+            tally = OutcomeTally(self.redis)
+            for queue, outcome, count in tally.outcomes():
+                outcomes.add_metric([queue, outcome], count)
+            for queue, (buckets, total) in tally.latencies().items():
+                latency.add_metric([queue], buckets, total)
         except Exception as e:
             log.warning("redis: %s", e)
             return
         limit.add_metric([], self.llm_limit)
-        yield from (dead, inflight, limit, spool)
+        yield from (dead, inflight, limit, spool, outcomes, latency)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("tulip-memory")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
+        return "unknown"
 
 
 def _depth(channel: Any, queue: str) -> int:

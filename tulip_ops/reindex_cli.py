@@ -9,6 +9,7 @@ them), ``TULIP_BROKER_URL`` (where batches go: ``memory.reindex``) and
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import Any
 
@@ -69,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(
             "\ndetached: the job goes on on the reindex workers; "
-            "`tulip-memory reindex --status` shows it, --cancel stops it",
+            f"`{_again(args.tenant, '--status')}` shows it, "
+            f"`{_again(args.tenant, '--cancel')}` stops it",
             file=sys.stderr,
         )
         return EXIT_DETACHED
@@ -99,13 +101,16 @@ async def _act(reindexer: Reindexer, args: argparse.Namespace) -> int:
         progress = await reindexer.status(args.tenant)
         if progress is None:
             scope = f"tenant {args.tenant!r}" if args.tenant else "the table"
-            print(f"no reindex job for {scope}; `tulip-memory reindex --model NEW` starts one")
+            print(f"no reindex job for {scope}; `{_again(args.tenant, '--model NEW')}` starts one")
             return EXIT_OK
         print("\n".join(describe(progress)))
         return EXIT_OK
     if args.cancel:
         job = await reindexer.cancel(args.tenant)
-        print(f"job {job.id} cancelled; --resume goes on, --finalize abandons it")
+        print(
+            f"job {job.id} cancelled; `{_again(args.tenant, '--resume')}` goes on, "
+            f"`{_again(args.tenant, '--finalize')}` abandons it"
+        )
         return EXIT_OK
     if args.finalize:
         job = await reindexer.finalize(args.tenant)
@@ -120,22 +125,29 @@ async def _act(reindexer: Reindexer, args: argparse.Namespace) -> int:
         )
     print(f"job {job.id}: {job.planned_rows:,} rows to {job.spec} in batches of {job.batch}")
     if args.detach:
-        print("detached; `tulip-memory reindex --status` shows progress")
+        print(f"detached; `{_again(args.tenant, '--status')}` shows progress")
         return EXIT_OK
     bar = ProgressBar(sys.stdout)
     try:
         progress = await reindexer.watch(job.id, bar.update)
     finally:
         bar.close()
-    return _outcome(progress)
+    return _outcome(progress, args.tenant)
 
 
-def _outcome(p: Progress) -> int:
+def _outcome(p: Progress, tenant: str | None) -> int:
     job = p.job
     if job.status == "switched":
-        print(f"recall now reads {job.spec}; `tulip-memory reindex --finalize` removes old vectors")
+        print(f"recall now reads {job.spec}; `{_again(tenant, '--finalize')}` removes old vectors")
         return EXIT_OK
     print(f"job {job.id} {job.status}: {job.error or ''}".rstrip(": "), file=sys.stderr)
     if job.status == "paused":
-        print("fix the cause, then `tulip-memory reindex --resume`", file=sys.stderr)
+        print(f"fix the cause, then `{_again(tenant, '--resume')}`", file=sys.stderr)
     return EXIT_FAILED
+
+
+def _again(tenant: str | None, flags: str) -> str:
+    """The command to type next, copyable: a tenant's job is only reached with its
+    ``--tenant``."""
+    scope = f" --tenant {shlex.quote(tenant)}" if tenant else ""
+    return f"tulip-memory reindex {flags}{scope}"

@@ -30,6 +30,19 @@ class OpsSettings:
     def __post_init__(self) -> None:
         signer_of(self.signing_key)  # a key too short fails here, naming the variable
 
+    def admin_url(self, command: str) -> str:
+        """The administrator DSN ``command`` needs, or a ``ValueError`` saying how to
+        give it (in the environment: never on the command line, where every user of the
+        host can read it in ``/proc``)."""
+        if not self.database_admin_url:
+            raise ValueError(
+                f"TULIP_DATABASE_ADMIN_URL is not set: `{command}` needs an administrator "
+                "DSN in the environment, e.g. `export TULIP_DATABASE_ADMIN_URL="
+                "postgresql://postgres@db:5432/tulip` (for the dev stack: "
+                "`source .tulip-dev/tulip.env`)"
+            )
+        return self.database_admin_url
+
     @classmethod
     def from_env(cls, env: Env | None = None) -> OpsSettings:
         e = environ(env)

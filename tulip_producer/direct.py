@@ -35,6 +35,7 @@ needs the keys hash-tagged together, which they are not; use the general path th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -63,11 +64,12 @@ from tulip_wire.topology import quota_key, seq_key
 
 _SCRIPT = lua(tulip_wire.__file__, "publish_direct.lua")
 #: The fields of one event in a message; ``env`` is the envelope, ``seq`` its number.
-_MARKED = ("id", "queue", "tag", "env", "seq")
+_MARKED = ("id", "queue", "tag", "env", "seq", "who")
 #: The holes a publish fills in, in the order it sends them (the number, ``seq``, and
 #: the queue, its key, are the script's); the envelope is two holes, ``head`` and
-#: ``tail``, around its number.
-_HOLES = ("id", "queue", "tag", "head", "tail")
+#: ``tail``, around its number; ``who`` (what Flower shows of the event's key, sent
+#: after the quota's arguments) is not in ``_SENT``.
+_HOLES = ("id", "queue", "tag", "head", "tail", "who")
 _SENT = ("id", "tag", "head", "tail")
 #: The fields of a message that are the sending process's, where they are: sent per
 #: publish (after the holes') rather than written into the script.
@@ -78,6 +80,9 @@ _SAMPLE_ID = "0123456789abcdef0123456789abcdef"
 _SAMPLE_HEAD = '{"v": 1, "said": "q\\" \\\\ \x00 ü 🌷", "seq": '
 _SAMPLE_TAIL = ', "payload": {"said": "\\u0000 \\" \' {}"}}'
 _SAMPLE_SEQ = 9_007_199_254_740_991
+_SAMPLE_WHO = "a-Tenant_9.x:0123abcd"
+#: The characters of a tenant that Flower shows as they are; any other is ``_``.
+_SHOWN = re.compile(r"[^A-Za-z0-9._-]")
 
 #: A pending entry up to this long (a patch's, mostly) is sent once: the script copies
 #: its body into the message. A longer one (a whole state) is escaped here, faster
@@ -95,9 +100,20 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def argsrepr(kind: str, event_id: str, seq: object) -> str:
-    """What Flower and task events show of an event's args instead of the conversation."""
-    return f"[<{kind} {event_id} seq={seq}>]"
+def argsrepr(kind: str, event_id: str, seq: object, who: str) -> str:
+    """What Flower and task events show of an event's args instead of the conversation:
+    its type, tenant and short key (:func:`who`), id and sequence number."""
+    return f"[<{kind} {who} {event_id} seq={seq}>]"
+
+
+def who(key: str) -> str:
+    """An event's ordering key as Flower shows it: the tenant (characters other than
+    letters, digits, ``.``, ``_`` and ``-`` as ``_``; at most 40) and 8 hex digits of
+    a digest of the whole key, which tell a namespace's or thread's events apart and
+    find them in the logs without showing its names (``acme:3f9a1c2e``)."""
+    tenant = _SHOWN.sub("_", tenant_of_key(key))[:40]
+    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
+    return f"{tenant}:{digest}"
 
 
 def send_event(
@@ -110,6 +126,7 @@ def send_event(
     seq: object,
     text: str,
     queue: Queue,
+    who: str,
     **options: Any,
 ) -> None:
     """Send one event as a Celery task message: the producer's only ``send_task`` call,
@@ -126,7 +143,7 @@ def send_event(
         retry=False,
         connection=connection,
         add_to_parent=False,
-        argsrepr=argsrepr(kind, event_id, seq),
+        argsrepr=argsrepr(kind, event_id, seq, who),
         **options,
     )
 
@@ -161,7 +178,10 @@ class MessageTemplate:
         m = {name: token + name for name in _MARKED}
         send = _Capture(app, task, kind, queue)
         try:
-            marked = send(id=m["id"], queue=m["queue"], tag=m["tag"], text=m["env"], seq=m["seq"])
+            marked = send(
+                id=m["id"], queue=m["queue"], tag=m["tag"], text=m["env"], seq=m["seq"],
+                who=m["who"],
+            )  # fmt: skip
             process = {}
             for name, (part, key) in _PROCESS.items():
                 value = marked.get(part, {}).get(key)
@@ -171,10 +191,12 @@ class MessageTemplate:
             template = cls(_chunks(kombu_dumps(marked), m), process)
             sample = {"id": _SAMPLE_ID, "queue": f"{token}.0", "tag": delivery_tag()}
             text = f"{_SAMPLE_HEAD}{_SAMPLE_SEQ}{_SAMPLE_TAIL}"
-            expected = send(**sample, text=text, seq=str(_SAMPLE_SEQ))
+            expected = send(**sample, text=text, seq=str(_SAMPLE_SEQ), who=_SAMPLE_WHO)
             seq = str(_SAMPLE_SEQ)
             got = json.loads(
-                template.render(**sample, head=_SAMPLE_HEAD, tail=_SAMPLE_TAIL, seq=seq)
+                template.render(
+                    **sample, head=_SAMPLE_HEAD, tail=_SAMPLE_TAIL, seq=seq, who=_SAMPLE_WHO
+                )
             )
         except Exception as e:  # a message this module cannot read: say why
             _refused(task, f"{type(e).__name__}: {e}")
@@ -195,11 +217,13 @@ class MessageTemplate:
         envelope = [head, tail, rest]
         return [id, tag, *(map(_in_body, envelope) if escape else envelope)]
 
-    def render(self, *, id: str, queue: str, tag: str, head: str, tail: str, seq: str) -> str:
+    def render(
+        self, *, id: str, queue: str, tag: str, head: str, tail: str, seq: str, who: str
+    ) -> str:
         """The message of one event numbered ``seq``, as the script fills it in."""
         values = self.values(id=id, tag=tag, head=head, tail=tail)[:-1]
         sent = dict(zip(_SENT, values, strict=True))
-        filled = {**sent, "queue": queue, "seq": seq, **self.process}
+        filled = {**sent, "queue": queue, "seq": seq, "who": who, **self.process}
         return "".join(c if i % 2 == 0 else filled[c] for i, c in enumerate(self._chunks))
 
     def lua(self) -> str:
@@ -289,6 +313,7 @@ class DirectPublisher:
         args.append(int(raw))
         args += [self._templates[task].process.get(name, "") for name in _PROCESS]
         args += [self._seq_idle_ms, env.key, *(self._quota.args() if quota else ("0", 0))]
+        args.append(who(env.key))
         if pending is not None:
             keys.append(pending.key)
             args += [pending.entry, pending.ttl_ms]
@@ -306,13 +331,15 @@ class _Capture:
     def __init__(self, app: Celery, task: str, kind: str, queue: Callable[[str], Queue]) -> None:
         self.app, self.task, self.kind, self.queue = app, task, kind, queue
 
-    def __call__(self, *, id: str, queue: str, tag: str, text: str, seq: str) -> dict[str, Any]:
+    def __call__(
+        self, *, id: str, queue: str, tag: str, text: str, seq: str, who: str
+    ) -> dict[str, Any]:
         with Connection("memory://", transport_options={"body_encoding": None}) as connection:
             channel = connection.default_channel
             try:
                 send_event(
                     self.app, connection, self.task, event_id=id, kind=self.kind, seq=seq,
-                    text=text, queue=self.queue(queue),
+                    text=text, queue=self.queue(queue), who=who,
                 )  # fmt: skip
                 message = channel.basic_get(queue, no_ack=True)
             finally:

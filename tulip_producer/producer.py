@@ -44,7 +44,7 @@ from tulip_memory.errors import TulipMemoryError
 from tulip_memory.messages import Message
 from tulip_memory.state import AgentState
 from tulip_producer.bases import PublishedBases
-from tulip_producer.direct import DirectPublisher, PendingPush, send_event
+from tulip_producer.direct import DirectPublisher, PendingPush, send_event, who
 from tulip_producer.quota import QuotaExceeded
 from tulip_producer.settings import ProducerSettings
 from tulip_producer.spool import Spool, SpooledEvent
@@ -298,7 +298,7 @@ class _Publisher:
         with self._connections.acquire(block=True) as connection:
             send_event(
                 self._app, connection, TASKS[env.type], event_id=env.id, kind=env.type,
-                seq=env.seq, text=text, queue=queue, **self._options,
+                seq=env.seq, text=text, queue=queue, who=who(env.key), **self._options,
             )  # fmt: skip
 
     def _queue(self, name: str) -> Queue:

@@ -43,7 +43,14 @@ from tulip_workers.failures import is_unreachable
 from tulip_workers.outcomes import log_outcome
 from tulip_workers.overlap import beside
 from tulip_workers.retry import RetryPolicy, describe, is_permanent
-from tulip_workers.tally import KILLED, MALFORMED, UNHANDLED, DeadLetterTally, reason_class
+from tulip_workers.tally import (
+    KILLED,
+    MALFORMED,
+    UNHANDLED,
+    DeadLetterTally,
+    OutcomeTally,
+    reason_class,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +85,8 @@ class Outcome:
     key: str | None = None
     attempt: int = 0
     reason: str | None = None
+    #: When the event was published (its envelope's ``ts``), when it decoded.
+    published: float | None = None
 
 
 class DatabaseUnreachable(ConnectionError):
@@ -119,6 +128,7 @@ class EventWorker(ABC):
     #: With a signer, only events signed by one of its keys are applied.
     signer: Signer | None = None
     tally: DeadLetterTally | None = None
+    outcomes: OutcomeTally | None = None
     #: Where the store connects, credentials stripped, for errors that say so.
     database: str | None = None
     _ready: bool = False
@@ -175,6 +185,9 @@ class EventWorker(ABC):
         return result
 
     def _log(self, result: Outcome, queue: str | None, started: float) -> None:
+        if self.outcomes is not None and queue is not None:
+            latency = None if result.published is None else time.time() - result.published
+            self.outcomes.add(queue, result.outcome, latency)
         log_outcome(
             event_id=result.event_id,
             key=result.key,
@@ -246,7 +259,7 @@ class EventWorker(ABC):
             reads, ahead = ahead, None
             try:
                 outcome = await self._apply(env, attempt + 1, reads)
-                return Outcome(outcome, env.id, env.key, attempt + 1)
+                return Outcome(outcome, env.id, env.key, attempt + 1, published=env.ts)
             except Exception as e:
                 if is_unreachable(e):
                     waits += 1

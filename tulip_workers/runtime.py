@@ -35,7 +35,7 @@ from tulip_workers.keyed import KeyOrder
 from tulip_workers.retry import RetryPolicy
 from tulip_workers.settings import WorkerSettings, pool_size
 from tulip_workers.summarizer import SummaryScheduler, SummaryWorker
-from tulip_workers.tally import DeadLetterTally
+from tulip_workers.tally import DeadLetterTally, OutcomeTally
 
 T = TypeVar("T")
 
@@ -140,10 +140,13 @@ def event_worker_for(queue: object) -> Callable[[WorkerRuntime], EventWorker] | 
 
 def _event_limits(s: WorkerSettings) -> dict[str, Any]:
     """What every ordered event worker is bounded by (attempts, body and claim sizes),
-    and where it counts its dead letters for the metrics (Redis, when there is one)."""
+    and where it counts its dead letters and outcomes for the metrics (Redis, when
+    there is one)."""
     url = s.redis_url
+    client = None if url is None else redis_client(url)
     return {
-        "tally": None if url is None else DeadLetterTally(redis_client(url)),
+        "tally": None if client is None else DeadLetterTally(client),
+        "outcomes": None if client is None else OutcomeTally(client),
         "database": redact_url(s.store.require_database_url()),
         "retry": RetryPolicy(attempts=s.limits.attempts),
         "max_body_bytes": s.limits.max_body_bytes,

@@ -122,3 +122,26 @@ def test_a_producers_spool_depth_is_reported(pipeline: Pipeline, metrics: str) -
         assert 3 in wait_for("the spool depth reported", reported, timeout=30)
     finally:
         producer.close(timeout=0)
+
+
+def test_outcomes_and_publish_to_applied_latency_are_counted_by_queue(
+    pipeline: Pipeline, metrics: str
+) -> None:
+    ns = ("outcomes", "users", "u1")
+    queue = f"memory.extract.{shard_of(ns)}"
+    pipeline.start_shard(shard_of(ns))
+    with pipeline.producer() as producer, pipeline.reader() as reader:
+        ids = [producer.session_ended(ns, "t", session(i, "blue")) for i in range(3)]
+        pipeline.wait_applied(reader, ids, "outcomes")
+
+    def counted() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+        values = scrape(metrics) or {}
+        done = values.get(("tulip_events_total", (("outcome", "applied"), ("queue", queue))))
+        return values if done == 3 else None
+
+    values = wait_for("the outcomes counted", counted, timeout=30)
+    assert values[("tulip_event_latency_seconds_count", (("queue", queue),))] == 3
+    assert values[("tulip_event_latency_seconds_bucket", (("le", "+Inf"), ("queue", queue)))] == 3
+    assert 0 < values[("tulip_event_latency_seconds_sum", (("queue", queue),))] < 3 * 120
+    build = [labels for name, labels in values if name == "tulip_build_info"]
+    assert len(build) == 1 and dict(build[0])["version"] not in ("", "unknown")

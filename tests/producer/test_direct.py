@@ -26,7 +26,7 @@ from tulip_memory.messages import Message, Role
 from tulip_memory.state import AgentState
 from tulip_ops.dev.embedded import EmbeddedRedis
 from tulip_producer import ProducerSettings
-from tulip_producer.direct import RAW_ENVELOPE_MAX, DirectPublisher
+from tulip_producer.direct import RAW_ENVELOPE_MAX, DirectPublisher, who
 from tulip_producer.producer import celery_app
 from tulip_wire import events
 from tulip_wire.celeryconfig import kombu_queue
@@ -103,7 +103,11 @@ def test_the_direct_message_is_send_tasks_but_for_the_events_own_fields(
     assert (env_one.id, env_two.id) == (first, second) and rising([one_seq, two_seq])
     assert env_one.payload == env_two.payload  # the user's text untouched by the script
     assert one["headers"]["task"] == EXTRACT_TASK and one["headers"]["id"] == first
-    assert one["headers"]["argsrepr"] == f"[<session.ended {first} seq={one_seq}>]"
+    # Flower shows the tenant and a short key, never the namespace's names or the text.
+    short = who(namespace_key(NS))
+    assert short.startswith(f"{NS[0]}:") and len(short) == len(NS[0]) + 9
+    assert one["headers"]["argsrepr"] == f"[<session.ended {short} {first} seq={one_seq}>]"
+    assert two["headers"]["argsrepr"] == f"[<session.ended {short} {second} seq={two_seq}>]"
     assert one["properties"]["delivery_tag"] != two["properties"]["delivery_tag"]
     assert client.get(f"tulip:published:{first}") == namespace_key(NS).encode()
 
@@ -312,3 +316,11 @@ def test_delivery_tags_are_short_and_distinct(
     tags = [json.loads(m)["properties"]["delivery_tag"] for m in client.lrange(QUEUE, 0, -1)]
     assert len(tags) >= 50 and len(set(tags)) == len(tags)
     assert {len(t) for t in tags} == {16}
+
+
+def test_flower_shows_a_tenant_s_characters_safely_and_no_name_of_the_key() -> None:
+    assert who("acme\x1fusers\x1fmaya") == who("acme\x1fusers\x1fmaya")
+    assert who("acme\x1fusers\x1fmaya") != who("acme\x1fusers\x1fbob")
+    shown = who('a"b\\c d\x1fsecret-name')
+    assert shown.startswith("a_b_c_d:") and "secret" not in shown
+    assert len(who("t" * 200 + "\x1fx").split(":")[0]) == 40

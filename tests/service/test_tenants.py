@@ -4,6 +4,7 @@ malformed or out of scope, and only the operators can make one."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -123,10 +124,11 @@ def test_a_forged_tenant_part_and_a_wrong_secret_are_refused(stack: Stack, tenan
 def test_a_revoked_key_is_refused_and_keys_are_listed_without_secrets(
     stack: Stack, tenant: str
 ) -> None:
-    cli = [sys.executable, "-m", "tulip_ops.cli", "keys", "--database-url", stack.admin_dsn]
+    cli = [sys.executable, "-m", "tulip_ops.cli", "keys"]
+    admin = {**os.environ, "TULIP_DATABASE_ADMIN_URL": stack.admin_dsn}  # never on argv
     made = subprocess.run(
         [*cli, "create", "--tenant", tenant, "--scope", "read", "--name", "ui"],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True, text=True, check=True, timeout=60, env=admin,
     )  # fmt: skip
     key = made.stdout.strip()
     key_id = key.removeprefix(keys.PREFIX).split(".")[0]
@@ -134,11 +136,17 @@ def test_a_revoked_key_is_refused_and_keys_are_listed_without_secrets(
     with stack.client(key) as client:
         assert client.get("/v1/memories", params={"namespace": tenant}).status_code == 200
         listed = subprocess.run(
-            [*cli, "list", "--tenant", tenant], capture_output=True, text=True, check=True
+            [*cli, "list", "--tenant", tenant],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=admin,
         ).stdout
         assert key_id in listed and "scope read" in listed and "'ui'" in listed
         assert key.split(".")[-1] not in listed
-        subprocess.run([*cli, "revoke", key_id], check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            [*cli, "revoke", key_id], check=True, capture_output=True, timeout=60, env=admin
+        )
         deadline = time.monotonic() + KEY_CACHE_SECONDS + 10
         ask = {"namespace": tenant}
         while (status := client.get("/v1/memories", params=ask)).status_code == 200:
@@ -148,10 +156,14 @@ def test_a_revoked_key_is_refused_and_keys_are_listed_without_secrets(
     assert (
         "revoked"
         in subprocess.run(
-            [*cli, "list", "--tenant", tenant], capture_output=True, text=True, check=True
+            [*cli, "list", "--tenant", tenant],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=admin,
         ).stdout
     )
-    gone = subprocess.run([*cli, "revoke", "0" * 16], capture_output=True, text=True)
+    gone = subprocess.run([*cli, "revoke", "0" * 16], capture_output=True, text=True, env=admin)
     assert gone.returncode == 1 and "no API key" in gone.stderr
 
 

@@ -129,8 +129,8 @@ async def dead_letter(store: PgMemory, tenant: str) -> str:
 
 def cli(admin_dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tulip_ops.cli", "dlq", "--database-url", admin_dsn, *args],
-        env=os.environ,
+        [sys.executable, "-m", "tulip_ops.cli", "dlq", *args],
+        env={**os.environ, "TULIP_DATABASE_ADMIN_URL": admin_dsn},  # never on argv
         capture_output=True,
         text=True,
         timeout=120,

@@ -63,6 +63,7 @@ from tulip_memory.store.postgres import PgMemory
 from tulip_memory.store.postgres import sql as store_sql
 from tulip_memory.store.postgres.render import render
 from tulip_memory.store.postgres.slots import ann_using, column, slot_index
+from tulip_memory.store.validation import NS_SEP
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,10 @@ class Graph:
     slot: str
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.tenant!r}/{self.ns!r} ({self.slot})"
+        """``memories of namespace ('acme', 'users', 'maya') (embedding)``: the
+        namespace as the tuple an application names it by, not its stored key."""
+        namespace = tuple(self.ns.split(NS_SEP))
+        return f"{self.kind} of namespace {namespace!r} ({self.slot})"
 
 
 @dataclass(frozen=True)

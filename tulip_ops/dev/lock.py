@@ -54,10 +54,13 @@ class DataDirLock:
         return self
 
     def release(self) -> None:
-        """Let the directory go (idempotent). The stale PID stays in the file: it is
-        only read by a process that failed to take the lock."""
+        """Let the directory go (idempotent). The file stays (unlinking a lock file
+        another process may be opening races it), emptied of the PID: an empty lock
+        file is a stack that stopped."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
             os.close(fd)  # closing drops the flock
 
 

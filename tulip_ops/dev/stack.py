@@ -4,7 +4,7 @@ Starts Postgres 16 + pgvector and Redis (unix sockets), the workers of every rol
 that has tasks (one solo worker per extract shard), the HTTP service (with a key of
 tenant ``demo``) and Flower, writes the settings it chose to ``tulip.env`` (see
 :mod:`tulip_ops.dev.envfile`; 0600: it holds the DSNs, the Flower password and the
-demo key), and stops everything it started on exit. A second run on
+demo key; removed when the stack stops), and stops everything it started on exit. A second run on
 the same data directory reuses the data: memories survive a restart. Two at once are
 refused (:mod:`tulip_ops.dev.lock`).
 """
@@ -134,5 +134,9 @@ class DevStack:
             self.postgres.stop()
             self.postgres = None
         if self.lock is not None:
+            # The settings die with the stack: a tulip.env left behind would send a
+            # program that sources it to sockets nobody listens on (its producer
+            # spooling, its reader failing); a missing file says the stack is down.
+            self.env_file.unlink(missing_ok=True)
             self.lock.release()
             self.lock = None

@@ -16,8 +16,9 @@
 --       as they read in the message, [10] and [11] the sending process's origin and
 --       reply_to (so the script is the same for every process), [12] the counter's
 --       idle TTL in ms, [13] the ordering key (the marker's value), [14] the tenant's
---       publish rate a second (0: no quota) and [15] its burst; with KEYS[6], [16] the
---       pending entry and [17] the pending list's TTL in ms.
+--       publish rate a second (0: no quota) and [15] its burst, [16] the tenant and
+--       short key the task's argsrepr shows (tulip_producer.direct.who); with KEYS[6],
+--       [17] the pending entry and [18] the pending list's TTL in ms.
 -- Returns {seq, false}; {-1, record} when the layout record names another count (or
 -- a drain): nothing was done, the caller takes the general path; {-2, ms} when the
 -- tenant is over its quota (nothing was done; ms until it may publish again).
@@ -32,8 +33,8 @@ end
 local seq = next_seq(KEYS[1], ARGV[12])
 redis.call('SET', KEYS[2], ARGV[13], 'PX', ARGV[1])
 if KEYS[6] then
-  redis.call('RPUSH', KEYS[6], ARGV[16])
-  redis.call('PEXPIRE', KEYS[6], ARGV[17])
+  redis.call('RPUSH', KEYS[6], ARGV[17])
+  redis.call('PEXPIRE', KEYS[6], ARGV[18])
 end
 
 -- JSON text as it reads in the message: a string in the task's args, which are a
@@ -51,10 +52,11 @@ end
 local head, tail = sent(ARGV[5]), sent(ARGV[6])
 local shared = tonumber(ARGV[8])
 if shared > 0 then
-  tail = tail .. in_body(string.sub(ARGV[16], shared)) .. sent(ARGV[7])
+  tail = tail .. in_body(string.sub(ARGV[17], shared)) .. sent(ARGV[7])
 end
 local holes = {id = ARGV[3], queue = KEYS[4], tag = ARGV[4], head = head, tail = tail,
-               seq = string.format('%d', seq), origin = ARGV[10], reply_to = ARGV[11]}
+               seq = string.format('%d', seq), origin = ARGV[10], reply_to = ARGV[11],
+               who = ARGV[16]}
 local message = {}
 for i = 1, #TEMPLATE do
   message[i] = (i % 2 == 1) and TEMPLATE[i] or holes[TEMPLATE[i]]

@@ -80,12 +80,12 @@ async def provision_app_role(
 
     Raises :class:`ProvisionError` when the application role still owns anything
     after the transfer (a function, a type, another schema): review and drop it."""
-    import asyncpg
+    from tulip_memory.store.postgres.connect import connect
 
     for what, ident in (("role", role), ("schema", schema)):
         if not _ROLE.fullmatch(ident) or ident in (OWNER, DML, OPS):
             raise ValueError(f"{what} {ident!r} is not a valid lower-case identifier")
-    conn = await asyncpg.connect(admin_dsn)
+    conn = await connect(admin_dsn)
     try:
         await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         await _roles(conn, role, password, ops_password)
@@ -151,9 +151,9 @@ async def _transfer(conn: Any, role: str, schema: str) -> None:
 async def as_owner(dsn: str) -> AsyncIterator[Any]:
     """A connection through ``dsn`` acting as the owner role (``SET ROLE``): for
     migrations and reindex DDL. ``dsn``'s role must be a superuser or a member."""
-    import asyncpg
+    from tulip_memory.store.postgres.connect import connect
 
-    conn = await asyncpg.connect(dsn)
+    conn = await connect(dsn)
     try:
         member = await conn.fetchval(_IS_MEMBER, OWNER)
         if not member:

@@ -284,10 +284,11 @@ class PgMemory(BatchFirstStore):
         return self._pool
 
     async def _build_pool(self) -> Any:
-        import asyncpg
         from pgvector.asyncpg import register_vector
 
-        conn = await asyncpg.connect(self._dsn)
+        from tulip_memory.store.postgres.connect import connect, create_pool
+
+        conn = await connect(self._dsn)
         try:
             await self._check_role(conn)
             if self._migrator is not None:
@@ -300,7 +301,7 @@ class PgMemory(BatchFirstStore):
             await conn.close()
         if self._recall_plan == "auto" and not self._caps.index_path:
             log.warning("PgMemory %s: %s", self._qualified, self._caps.why_exact())
-        return await asyncpg.create_pool(
+        return await create_pool(
             self._dsn, min_size=1, max_size=self._pool_size, init=register_vector
         )
 
