@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import subprocess
 import sys
 import uuid
 
+import asyncpg
 import pytest
 
 from tests.support.pg import app_store
@@ -143,17 +145,52 @@ async def test_pg_memory_accepts_an_embedder_without_model(pg_dsn: str, tenant: 
         await again.close()
 
 
-async def test_superuser_refusal_names_one_command_that_provisions_the_role(
+async def test_a_superuser_dsn_provisions_and_then_serves_as_the_application_role(
+    postgres: Postgres, tenant: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The seed: PgMemory "creates the schema, RLS policy and HNSW index on first use,
+    so it works against a bare Postgres locally". Given a superuser's DSN it provisions
+    the roles, migrates its table and connects as tulip_app, with a warning."""
+    table = f"seed_{uuid.uuid4().hex[:10]}"
+    store = PgMemory(postgres.admin_dsn, table=table)
+    try:
+        with caplog.at_level(logging.WARNING, logger="tulip_memory"):
+            await store.put((tenant, "u"), "k", "v")
+        assert await store.get((tenant, "u"), "k") == "v"
+        async with store.connection() as conn:
+            assert await conn.fetchval("SELECT current_user") == "tulip_app"
+            # Row-level security binds: nothing is visible without a pinned tenant.
+            assert await conn.fetchval(f"SELECT count(*) FROM {table}") == 0
+    finally:
+        await store.close()
+    warned = [r.getMessage() for r in caplog.records if "is a superuser" in r.getMessage()]
+    assert len(warned) == 1 and "development convenience" in warned[0]
+    assert "tulip-memory provision" in warned[0] and "postgresql://***@" in warned[0]
+    again = PgMemory(postgres.admin_dsn, table=table)  # a second process: same role
+    try:
+        assert await again.get((tenant, "u"), "k") == "v"
+    finally:
+        await again.close()
+
+
+async def test_a_bypassrls_role_is_refused_naming_one_command_that_provisions_the_role(
     postgres: Postgres, tenant: str
 ) -> None:
-    admin = PgMemory(postgres.admin_dsn, table=f"seed_{uuid.uuid4().hex[:10]}")
+    role = f"bypass_{uuid.uuid4().hex[:8]}"
+    conn = await asyncpg.connect(postgres.admin_dsn)
+    try:
+        await conn.execute(f"CREATE ROLE {role} LOGIN BYPASSRLS")
+    finally:
+        await conn.close()
+    store = PgMemory(dsn_for_role(postgres.admin_dsn, role), table=f"seed_{tenant[2:]}")
     with pytest.raises(TenantIsolationError) as refused:
-        await admin.get((tenant,), "k")
-    await admin.close()
+        await store.get((tenant,), "k")
+    await store.close()
     message = str(refused.value)
     command = "tulip-memory provision --role tulip_app"
     assert f"TULIP_DATABASE_ADMIN_URL='<this DSN>' {command}" in message
-    # The command, run as the message says, gives a role the store accepts.
+    # The command, run as the message says with an administrator DSN, gives a role
+    # the store accepts.
     env = {**os.environ, "TULIP_DATABASE_ADMIN_URL": postgres.admin_dsn}
     env.pop("TULIP_APP_PASSWORD", None)
     done = await asyncio.to_thread(

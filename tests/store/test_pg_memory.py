@@ -18,6 +18,7 @@ from tulip_memory.embeddings import HRREncoder
 from tulip_memory.errors import TenantIsolationError
 from tulip_memory.store import PgMemory
 from tulip_memory.store.postgres import store as pg_store_module
+from tulip_memory.store.postgres.admin import dsn_for_role
 from tulip_memory.store.postgres.migrations import MIGRATIONS
 
 
@@ -69,10 +70,16 @@ async def test_raw_sql_through_the_app_role_sees_only_the_pinned_tenant(
 
 
 async def test_store_refuses_a_role_that_bypasses_rls(postgres: Postgres, tenant: str) -> None:
-    admin = PgMemory(postgres.admin_dsn, table=fresh_table())
+    role = f"bypass_{uuid.uuid4().hex[:8]}"
+    conn = await asyncpg.connect(postgres.admin_dsn)
+    try:
+        await conn.execute(f"CREATE ROLE {role} LOGIN BYPASSRLS")
+    finally:
+        await conn.close()
+    bypass = PgMemory(dsn_for_role(postgres.admin_dsn, role), table=fresh_table())
     with pytest.raises(TenantIsolationError, match="bypasses row-level security"):
-        await admin.get((tenant,), "k")
-    await admin.close()
+        await bypass.get((tenant,), "k")
+    await bypass.close()
     allowed = app_store(postgres.admin_dsn, table=fresh_table(), allow_rls_bypass=True)
     try:
         await allowed.put((tenant,), "k", 1)

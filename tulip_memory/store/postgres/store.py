@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import importlib.util
 import json
 import logging
@@ -25,6 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from tulip_memory.credentials import redact_url
 from tulip_memory.embeddings import BaseEmbedding, EmbeddingCache, HashingEmbedder, HRREncoder
 from tulip_memory.embeddings.adapter import EmbedderLike, as_embedder
 from tulip_memory.embeddings.allowlist import EmbedderAllowlist
@@ -289,6 +291,10 @@ class PgMemory(BatchFirstStore):
         from tulip_memory.store.postgres.connect import connect, create_pool
 
         conn = await connect(self._dsn)
+        if await self._provisions(conn):
+            await conn.close()
+            self._dsn = await self._provision_self()
+            conn = await connect(self._dsn)
         try:
             await self._check_role(conn)
             if self._migrator is not None:
@@ -322,6 +328,37 @@ class PgMemory(BatchFirstStore):
                 spec=None if self._encoder is None else spec_of(self._encoder),
             )
 
+    async def _provisions(self, conn: Any) -> bool:
+        """Whether ``dsn`` is a superuser's (a laptop's bare Postgres) that this store
+        provisions the roles with, to serve as the application role (the seed's
+        PgMemory "works against a bare Postgres locally")."""
+        row = await conn.fetchrow(self._sql["ROLE_FLAGS"])
+        return bool(row is not None and row["rolsuper"] and not self._allow_rls_bypass)
+
+    async def _provision_self(self) -> str:
+        """Provision the owner, DML, operator and application roles through the
+        superuser's ``dsn`` (as ``tulip-memory provision`` does), migrate the table as
+        the owner, and return the application role's DSN, so row-level security binds
+        this store's statements. Its password derives from the superuser's DSN: the
+        same in every process given that DSN, and as secret as it."""
+        from tulip_memory.store.postgres.admin import provision_app_role
+
+        admin = self._dsn
+        key = b"tulip-memory PgMemory application role"
+        password = hashlib.blake2b(admin.encode(), key=key, digest_size=16).hexdigest()
+        app = await provision_app_role(admin, password=password, schema=self._schema)
+        if self._migrator is None:
+            self._migrator = admin
+        log.warning(
+            "PgMemory: %s is a superuser: provisioned the roles, migrated %s and now "
+            "connects as tulip_app so row-level security binds. A development "
+            "convenience: in production run `tulip-memory provision` once "
+            "(TULIP_DATABASE_ADMIN_URL) and give the store the application role's DSN",
+            redact_url(admin),
+            self._qualified,
+        )
+        return app
+
     async def _check_role(self, conn: Any) -> None:
         row = await conn.fetchrow(self._sql["ROLE_FLAGS"])
         if (
@@ -331,7 +368,7 @@ class PgMemory(BatchFirstStore):
         ):
             raise TenantIsolationError(
                 "PgMemory is connected as a role that bypasses row-level security "
-                "(superuser or BYPASSRLS), so tenant isolation would not hold at the "
+                "(BYPASSRLS), so tenant isolation would not hold at the "
                 "database. Create the application role once, with this DSN as the "
                 "administrator:\n\n"
                 "    TULIP_DATABASE_ADMIN_URL='<this DSN>' tulip-memory provision "
