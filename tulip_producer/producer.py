@@ -39,6 +39,7 @@ from kombu.exceptions import ChannelError
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from tulip_memory.credentials import redact_url
 from tulip_memory.delta.known import MESSAGES, Known, checkpoint_data, known_after
 from tulip_memory.errors import TulipMemoryError
 from tulip_memory.messages import Message
@@ -830,8 +831,11 @@ class Producer:
         if not self._degraded:
             self._degraded = True
             log.warning(
-                "cannot publish event %s (%s); spooling events until the broker is back",
+                "cannot publish event %s to the broker at %s (TULIP_BROKER_URL) or its "
+                "Redis (%s); spooling events until it is back (a stopped dev stack? its "
+                "tulip.env is gone once it stops)",
                 env.id,
+                redact_url(self.settings.broker_url),
                 type(error).__name__,
             )
         else:

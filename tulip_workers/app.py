@@ -10,6 +10,7 @@ from celery import Celery
 
 from tulip_wire.logs import install_for_celery as install_json_logs
 from tulip_workers.parking import install as install_parking
+from tulip_workers.poolinfo import install as install_poolinfo
 from tulip_workers.priority import install as install_priority
 from tulip_workers.readiness import install as install_readiness
 from tulip_workers.redelivery import install as install_redelivery
@@ -24,4 +25,5 @@ install_priority(app)  # batch workers (reindex) yield the cores to the request 
 install_redelivery(app)
 install_parking()  # a key's backlog waits in order outside the reservation (Redis)
 install_readiness(app)  # no "ready" before the database answers
+install_poolinfo(app)  # stats (Flower) report C, not the 4·C threads
 install_json_logs()  # TULIP_LOG_FORMAT=json: our loggers as JSON lines

@@ -16,6 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from types import TracebackType
 from typing import Any, Protocol
 
 from tulip_memory.ledger import EventLedger
@@ -87,6 +88,9 @@ class Outcome:
     reason: str | None = None
     #: When the event was published (its envelope's ``ts``), when it decoded.
     published: float | None = None
+    #: Where the last attempt of a dead letter failed (its frames, never its message),
+    #: so Celery and Flower show the original traceback, not the task wrapper's.
+    traceback: TracebackType | None = field(default=None, compare=False, repr=False)
 
 
 class DatabaseUnreachable(ConnectionError):
@@ -270,8 +274,9 @@ class EventWorker(ABC):
                     if is_permanent(e) or attempt >= self.retry.attempts:
                         reason, kind = describe(e), reason_class(e)
                         return await self._dead(
-                            body, env.id, reason, attempts=attempt, env=env, kind=kind
-                        )
+                            body, env.id, reason, attempts=attempt, env=env, kind=kind,
+                            trace=e.__traceback__,
+                        )  # fmt: skip
                     delay = self.retry.delay(attempt)
                     what = f"attempt {attempt} failed"
                 why = redact(describe(e))
@@ -324,6 +329,7 @@ class EventWorker(ABC):
         attempts: int,
         kind: str,
         env: Envelope | None = None,
+        trace: TracebackType | None = None,
     ) -> Outcome:
         """File the dead letter and its ledger row, in one transaction. A database
         that is away is waited for; a full letter that cannot be stored (whatever
@@ -346,7 +352,10 @@ class EventWorker(ABC):
         digest = forged_event_id(body) if env is None else None
         letter = await self._file_whole_or_minimal(letter, digest)
         await self._count(kind)
-        return Outcome(DEAD, letter.event_id, env.key if env else None, attempts, letter.reason)
+        return Outcome(
+            DEAD, letter.event_id, env.key if env else None, attempts, letter.reason,
+            traceback=trace,
+        )  # fmt: skip
 
     async def _file_whole_or_minimal(self, letter: DeadLetter, digest_id: str | None) -> DeadLetter:
         """File ``letter`` (:meth:`_file_unclaimed`); one that cannot be stored, whatever

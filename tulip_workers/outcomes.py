@@ -19,14 +19,23 @@ from tulip_workers.deadletters import UNKNOWN_TENANT
 log = logging.getLogger("tulip.events")
 
 
-def dead_letter_summary(reason: str, *, event_id: str, key: str | None, where: str | None) -> str:
+def dead_letter_summary(
+    reason: str,
+    *,
+    event_id: str,
+    key: str | None,
+    where: str | None,
+    attempts: int | None = None,
+) -> str:
     """What Celery, Flower and a log line may say of a dead letter: the reason's class,
     length and hash (:func:`~tulip_memory.redaction.redact`), where it failed and which
     event of which tenant, and how to read the full reason (kept only in the tenant's
     dead letter). Never message text or model output."""
     tenant = UNKNOWN_TENANT if not key else key.split(NS_SEP)[0]
+    tried = f" after {attempts} attempt{'s' if attempts != 1 else ''}" if attempts else ""
     return (
-        f"{redact(reason)} on {where or 'a worker'}: event {event_id} of tenant {tenant!r}; "
+        f"{redact(reason)}{tried} on {where or 'a worker'}: event {event_id} of tenant "
+        f"{tenant!r}; "
         f"the full reason: tulip-memory dlq show {event_id} --tenant {tenant}"
     )
 

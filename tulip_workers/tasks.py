@@ -89,12 +89,14 @@ def _ordered(
         outcome = rt.run(for_tenant(tenant_of_key(key), coro))
     if outcome.outcome == DEAD:
         where = queue if isinstance(queue, str) else None
+        # The traceback of the attempt that failed (its frames: code, never values), so
+        # Celery's log and Flower show where, not only this wrapper.
         raise DeadLettered(
             dead_letter_summary(
                 outcome.reason or "dead letter", event_id=outcome.event_id, key=outcome.key,
-                where=where,
+                where=where, attempts=outcome.attempt,
             )
-        )  # fmt: skip
+        ).with_traceback(outcome.traceback)  # fmt: skip
     return outcome.outcome
 
 
