@@ -12,10 +12,11 @@ import logging
 import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
 from tulip_memory.delta.cache import Cached, LatestCache
 from tulip_memory.delta.codec import compress, dumps
+from tulip_memory.delta.contracts import ObjectStorage
 from tulip_memory.delta.diff import apply, diff
 from tulip_memory.delta.errors import CorruptCheckpointError, DeltaStorageError, HeadChanged
 from tulip_memory.delta.history import HistoryCache
@@ -56,9 +57,6 @@ from tulip_memory.delta.segments import Latest, encode
 from tulip_memory.delta.segments import decode as decode_latest
 from tulip_memory.messages import detached
 from tulip_memory.state import AgentState
-
-if TYPE_CHECKING:
-    from tulip_memory.delta.storage import DeltaStorage
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +108,7 @@ class ThreadLog:
 
     def __init__(
         self,
-        storage: DeltaStorage,
+        storage: ObjectStorage,
         thread_id: str,
         policy: Policy,
         cache: LatestCache | None = None,

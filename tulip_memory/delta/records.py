@@ -21,16 +21,14 @@ from __future__ import annotations
 import zlib
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tulip_memory.delta.codec import EncodedState, compress, dumps, loads
+from tulip_memory.delta.contracts import RecordStorage
 from tulip_memory.delta.diff import PatchError, apply, diff
 from tulip_memory.delta.errors import CorruptCheckpointError
 from tulip_memory.delta.layout import Policy
 from tulip_memory.delta.models import CheckpointMetadata, DeltaCheckpoint
-
-if TYPE_CHECKING:
-    from tulip_memory.delta.storage import DeltaStorage
 
 #: How many checkpoints of a thread the record path reads to find children or copy.
 MAX_LISTED = 100_000
@@ -39,7 +37,7 @@ MAX_LISTED = 100_000
 class RecordThreads:
     """The checkpointer's operations on a storage that implements the record contract."""
 
-    def __init__(self, storage: DeltaStorage, policy: Policy) -> None:
+    def __init__(self, storage: RecordStorage, policy: Policy) -> None:
         self.storage = storage
         self.policy = policy
 
@@ -161,7 +159,7 @@ class RecordThreads:
             await self.storage.store(thread_id, child.checkpoint_id, rebased)
 
 
-async def copy_records(storage: DeltaStorage, source: str, dest: str) -> bool:
+async def copy_records(storage: RecordStorage, source: str, dest: str) -> bool:
     """Copy every record of ``source`` to ``dest`` (oldest first); False if none."""
     listed = await storage.list_checkpoints(source, limit=MAX_LISTED)
     if not listed:
