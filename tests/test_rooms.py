@@ -9,6 +9,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ROW = re.compile(r"^\| `(?P<room>tulip_\w+)` \|.*\| (?P<allowed>[^|]*) \|$")
+PLUG = re.compile(
+    r"^\| `(?P<group>tulip_[\w.]+)` \| `(?P<name>[\w-]+)` \| `(?P<target>tulip_\w+)` \|"
+)
 
 
 def allowed_edges() -> dict[str, set[str]]:
@@ -49,6 +52,36 @@ def test_the_table_names_every_package() -> None:
 
 def test_no_forbidden_import_between_rooms() -> None:
     assert forbidden_edges() == []
+
+
+def declared_plugs() -> set[tuple[str, str, str]]:
+    """(group, name, room) of each entry point we declare in a group one of our rooms reads."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    groups = declared["project"].get("entry-points", {})
+    return {
+        (group, name, target.split(".")[0])
+        for group, points in groups.items()
+        if group.startswith("tulip_")
+        for name, target in points.items()
+    }
+
+
+def documented_plugs() -> set[tuple[str, str, str]]:
+    lines = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8").splitlines()
+    return {(m["group"], m["name"], m["target"]) for m in map(PLUG.match, lines) if m}
+
+
+def test_every_edge_through_an_entry_point_is_in_the_table() -> None:
+    """A room that loads an entry point reaches the room it names at run time, an edge no
+    import shows: each such edge a row does not allow stands in the plugs table."""
+    table = allowed_edges()
+    hidden = {
+        (group, name, target)
+        for group, name, target in declared_plugs()
+        if target not in table[group.split(".")[0]] | {group.split(".")[0]}
+    }
+    assert hidden == documented_plugs()
+    assert ("tulip_memory.checkpointers", "queued", "tulip_producer") in hidden
 
 
 def test_no_top_level_module_a_users_app_may_have() -> None:

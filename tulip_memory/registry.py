@@ -20,48 +20,28 @@ miss). A wrapping provider receives the rest of the string as its hint, so
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from datetime import timedelta
-from importlib.metadata import entry_points
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
+from tulip_memory import providers
 from tulip_memory.backends.s3 import S3Backend
 from tulip_memory.delta import DeltaCheckpointer, FileDeltaStorage
-from tulip_memory.errors import TulipMemoryError
-from tulip_memory.state import AgentState
+from tulip_memory.providers import (
+    ENTRY_POINT_GROUP,
+    BaseCheckpointer,
+    CheckpointerFactory,
+    UnknownCheckpointerError,
+)
 
-ENTRY_POINT_GROUP = "tulip_memory.checkpointers"
-
-
-@runtime_checkable
-class BaseCheckpointer(Protocol):
-    """What every checkpointer does: per-thread state, saved and loaded by id."""
-
-    async def save(
-        self, state: AgentState, thread_id: str, checkpoint_id: str | None = None
-    ) -> str: ...
-
-    async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None: ...
-
-    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]: ...
-
-    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool: ...
-
-
-CheckpointerFactory = Callable[..., BaseCheckpointer]
-
-
-class UnknownCheckpointerError(TulipMemoryError, ValueError):
-    """A provider name no factory is registered for (a :class:`ValueError`, as the seed's)."""
-
-    def __init__(self, provider: str, available: list[str]) -> None:
-        self.provider = provider
-        self.available = available
-        super().__init__(
-            f"Unknown checkpointer provider: '{provider}'. "
-            f"Available providers: {available}. "
-            f"Install optional dependencies or register a custom provider."
-        )
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "BaseCheckpointer",
+    "CheckpointerFactory",
+    "UnknownCheckpointerError",
+    "get_checkpointer",
+    "list_checkpointers",
+    "register_checkpointer",
+]
 
 
 def _hint(config_hint: str | None) -> str:
@@ -114,18 +94,9 @@ def _s3(
     return S3Backend(bucket, prefix if prefix is not None else hinted_prefix, **options)
 
 
-_CHECKPOINTERS: dict[str, CheckpointerFactory] = {
-    "memory": _memory,
-    "file": _file,
-    "s3": _s3,
-}
-
-
-def _discover(provider: str) -> None:
-    """Register ``provider`` from an installed entry point, if one declares it."""
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == provider and provider not in _CHECKPOINTERS:
-            _CHECKPOINTERS[provider] = ep.load()
+#: The providers' table (the same dict as :data:`tulip_memory.providers.PROVIDERS`).
+_CHECKPOINTERS = providers.PROVIDERS
+_CHECKPOINTERS.update({"memory": _memory, "file": _file, "s3": _s3})
 
 
 def get_checkpointer(checkpointer_string: str, **kwargs: Any) -> BaseCheckpointer:
@@ -148,13 +119,10 @@ def get_checkpointer(checkpointer_string: str, **kwargs: Any) -> BaseCheckpointe
         provider, config_hint = checkpointer_string.split(":", 1)
     else:
         provider, config_hint = checkpointer_string, None
-    if provider not in _CHECKPOINTERS:
-        _discover(provider)
-    if provider not in _CHECKPOINTERS:
-        raise UnknownCheckpointerError(provider, list(_CHECKPOINTERS))
+    made_by = providers.factory(provider)
     if config_hint:
         kwargs["config_hint"] = config_hint
-    return _CHECKPOINTERS[provider](**kwargs)
+    return made_by(**kwargs)
 
 
 def register_checkpointer(name: str, factory: CheckpointerFactory) -> None:
@@ -170,9 +138,7 @@ def register_checkpointer(name: str, factory: CheckpointerFactory) -> None:
         ...     return MyCustomCheckpointer(**kwargs)
         >>> register_checkpointer("custom", my_factory)
     """
-    if not name or ":" in name:
-        raise ValueError(f"provider name must be non-empty and without ':', got {name!r}")
-    _CHECKPOINTERS[name] = factory
+    providers.register(name, factory)
 
 
 def list_checkpointers() -> list[str]:
@@ -182,5 +148,4 @@ def list_checkpointers() -> list[str]:
     Returns:
         List of registered provider names (and those declared as entry points)
     """
-    declared = [ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)]
-    return list(_CHECKPOINTERS) + [n for n in declared if n not in _CHECKPOINTERS]
+    return providers.names()

@@ -34,6 +34,7 @@ from tulip_memory.backends.lifecycle import (
 from tulip_memory.delta import DeltaCheckpointer, S3DeltaStorage
 from tulip_memory.delta.tenants import TenantStorage
 from tulip_memory.env import CHECKPOINT_URL, S3_ENDPOINT_URL
+from tulip_memory.providers import factory
 from tulip_memory.state import AgentState
 
 
@@ -81,8 +82,6 @@ class S3Backend(DeltaCheckpointer):
         return f"s3:{self.bucket}/{self.prefix.rstrip('/')}"
 
     def _queue(self) -> Any:
-        from tulip_memory.registry import get_checkpointer
-
         workers = CHECKPOINT_URL.read()
         if workers and _s3_location(workers) != (self.bucket, self.prefix.rstrip("/")):
             raise ValueError(
@@ -101,7 +100,7 @@ class S3Backend(DeltaCheckpointer):
             self.compression_level,
             max_epoch_age=self.max_epoch_age,
         )
-        return get_checkpointer(f"queued:{self.url}", inner=direct, tenant=self.tenant)
+        return factory("queued")(config_hint=self.url, inner=direct, tenant=self.tenant)
 
     async def save(
         self, state: AgentState, thread_id: str, checkpoint_id: str | None = None
