@@ -18,7 +18,6 @@ KNOWN: list[list[str]] = [
         "tulip_memory.store.postgres.audit",
         "tulip_memory.store.postgres.family",
     ],
-    ["tulip_memory.reindex.graphs", "tulip_memory.reindex.reindexer"],
     ["tulip_ops.dev.embedded", "tulip_ops.provision"],
     [
         "tulip_workers.app",

@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tulip_memory.reindex import sql
+from tulip_memory.reindex.resources import build_resources
 from tulip_memory.store.postgres import PgMemory
 from tulip_memory.store.postgres import sql as store_sql
 from tulip_memory.store.postgres.render import render
@@ -272,8 +273,6 @@ class Graphs:
     async def _build(self, conn: Any, graph: Graph, want: Want, dim: int) -> None:
         """Claim ``graph``'s row, build its index (again, if a crash left it invalid)
         and mark it ready, on the owner's ``conn``."""
-        from tulip_memory.reindex.reindexer import build_resources
-
         gid = await conn.fetchval(
             self.q(sql.CLAIM_GRAPH), graph.kind, graph.tenant, graph.ns, graph.slot, want.rows
         )

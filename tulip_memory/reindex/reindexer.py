@@ -32,6 +32,9 @@ from tulip_memory.reindex.model import Progress, ReindexConflict, ReindexError, 
 from tulip_memory.reindex.pacing import Pacer
 from tulip_memory.reindex.phases import PhaseObserver, phase
 from tulip_memory.reindex.ranges import KINDS, Range, cut
+from tulip_memory.reindex.resources import BUILD_MEMORY_MB as BUILD_MEMORY_MB
+from tulip_memory.reindex.resources import BUILD_WORKERS as BUILD_WORKERS
+from tulip_memory.reindex.resources import build_resources as build_resources
 from tulip_memory.store.postgres import PgMemory
 from tulip_memory.store.postgres.plan import GRAPH_MIN_ROWS
 from tulip_memory.store.postgres.render import render
@@ -770,25 +773,6 @@ class _EmbedFailed(Exception):
 
 class _Stop(Exception):
     """Roll back: the job stopped or the range was done by another run."""
-
-
-#: Bounds of an HNSW build's maintenance_work_mem (MB) and parallel workers.
-BUILD_MEMORY_MB = (64, 4096)
-BUILD_WORKERS = 4
-
-
-def build_resources(
-    rows: float, dim: int, server_workers: int, maintenance_workers: int
-) -> tuple[int, int]:
-    """maintenance_work_mem (MB) and parallel workers for an HNSW build over ``rows``
-    vectors of ``dim``: the graph holds each vector (halfvec: 2 bytes a dimension) and its
-    neighbour lists (m = 16: 32 links at layer 0, ~8 bytes each) with headroom. The
-    workers are the server's ``max_parallel_maintenance_workers`` (the operator's
-    say in how many cores maintenance may take from queries, 2 by default), within
-    what ``max_worker_processes`` leaves and :data:`BUILD_WORKERS`."""
-    need = rows * (2 * dim + 32 * 8 + 64) * 1.5 / 2**20
-    memory = int(min(BUILD_MEMORY_MB[1], max(BUILD_MEMORY_MB[0], need)))
-    return memory, max(0, min(BUILD_WORKERS, maintenance_workers, server_workers - 2))
 
 
 def _scope(tenant: str | None) -> str:
