@@ -12,12 +12,6 @@ from tests.support.imports import Import, circles, graph, imports
 
 #: Circles the code still has; each commit that breaks one takes it out of this list.
 KNOWN: list[list[str]] = [
-    [
-        "tulip_memory.ledger",
-        "tulip_memory.store.postgres.admin",
-        "tulip_memory.store.postgres.audit",
-        "tulip_memory.store.postgres.family",
-    ],
     ["tulip_ops.dev.embedded", "tulip_ops.provision"],
     [
         "tulip_workers.app",

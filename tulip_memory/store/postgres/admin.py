@@ -27,10 +27,12 @@ from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from tulip_memory.errors import TenantIsolationError
+from tulip_memory.store.postgres.roles import DML as DML
+from tulip_memory.store.postgres.roles import OPS as OPS
+from tulip_memory.store.postgres.roles import OWNER as OWNER
 
 log = logging.getLogger(__name__)
 
-OWNER, DML, OPS = "tulip_owner", "tulip_dml", "tulip_ops"
 _ROLE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 # Relations of the schema the application role owns (deployments provisioned before

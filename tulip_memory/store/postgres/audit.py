@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tulip_memory.errors import TenantIsolationError
-from tulip_memory.store.postgres.admin import OWNER
+from tulip_memory.store.postgres.roles import OWNER
 
 _POLICY = re.compile(r"CREATE\s+POLICY\s+(\w+)\s+ON\s+([\w.]+)", re.IGNORECASE)
 _TRIGGER = re.compile(
