@@ -12,7 +12,6 @@ from tests.support.imports import Import, circles, graph, imports
 
 #: Circles the code still has; each commit that breaks one takes it out of this list.
 KNOWN: list[list[str]] = [
-    ["tulip_ops.dev.embedded", "tulip_ops.provision"],
     [
         "tulip_workers.app",
         "tulip_workers.parking",

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from tulip_memory.store.postgres import PgMemory, provision_app_role
 from tulip_memory.store.postgres.admin import as_owner
+from tulip_ops.sync import run_async
 from tulip_service.keys import ApiKeys
 from tulip_workers.deadletters import DeadLetters
 
@@ -43,7 +44,6 @@ async def provision(
 
 def migrate_now(store: PgMemory) -> None:
     """Migrate ``store``'s table (built with ``migrator=``) from sync code, then close it."""
-    from tulip_ops.dev.embedded import run_async
 
     async def go() -> None:
         try:

@@ -14,13 +14,11 @@ memory settings are sized from the machine (:mod:`~tulip_ops.dev.server_settings
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import os
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from typing import Any
 from tulip_memory.private import private_dir
 from tulip_ops.dev import server_settings
 from tulip_ops.dev.server_settings import machine_memory
+from tulip_ops.sync import run_async as run_async
 
 APP_ROLE = "tulip_app"
 
@@ -195,9 +194,3 @@ def _wait_gone(pid: int | None, timeout: float, psutil: Any) -> None:
     except psutil.TimeoutExpired:
         proc.kill()
         proc.wait(timeout)
-
-
-def run_async(coro: Any) -> Any:
-    """Run a coroutine to completion from sync code, even inside a running loop."""
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
