@@ -62,6 +62,9 @@ from tulip_memory.reindex import sql
 from tulip_memory.reindex.resources import build_resources
 from tulip_memory.store.postgres import PgMemory
 from tulip_memory.store.postgres import sql as store_sql
+from tulip_memory.store.postgres.admin import as_operator, as_owner
+from tulip_memory.store.postgres.audit import audit
+from tulip_memory.store.postgres.migrations import expected
 from tulip_memory.store.postgres.render import render
 from tulip_memory.store.postgres.slots import ann_using, column, slot_index
 from tulip_memory.store.validation import NS_SEP
@@ -167,8 +170,6 @@ class Graphs:
         """Build the graphs the namespaces need and drop the ones they no longer do,
         one refresh of a table at a time (a second waits for the first, then finds
         its work done)."""
-        from tulip_memory.store.postgres.admin import as_owner
-
         # One owner's session for the whole refresh: its advisory lock (released when
         # the session closes) and every build and drop. Polled, not waited for in a
         # statement: a statement waiting holds a snapshot, and the holder's CREATE
@@ -209,10 +210,6 @@ class Graphs:
         ready, and its index there and valid) and the slots' widths, read as
         ``tulip_ops`` after the tables' audit."""
         import asyncpg
-
-        from tulip_memory.store.postgres.admin import as_operator
-        from tulip_memory.store.postgres.audit import audit
-        from tulip_memory.store.postgres.migrations import expected
 
         conn = await asyncpg.connect(self._dsn)
         try:

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from tulip_memory.embeddings import BaseEmbedding
+from tulip_memory.embeddings import BaseEmbedding, embedder_from_config
 from tulip_memory.errors import EmbeddingError
 from tulip_memory.reindex import sql
 from tulip_memory.reindex.graphs import Graphs
@@ -36,6 +36,9 @@ from tulip_memory.reindex.resources import BUILD_MEMORY_MB as BUILD_MEMORY_MB
 from tulip_memory.reindex.resources import BUILD_WORKERS as BUILD_WORKERS
 from tulip_memory.reindex.resources import build_resources as build_resources
 from tulip_memory.store.postgres import PgMemory
+from tulip_memory.store.postgres.admin import as_operator, as_owner
+from tulip_memory.store.postgres.audit import audit
+from tulip_memory.store.postgres.migrations import expected
 from tulip_memory.store.postgres.plan import GRAPH_MIN_ROWS
 from tulip_memory.store.postgres.render import render
 from tulip_memory.store.postgres.slots import (
@@ -62,8 +65,6 @@ _PROBE = ["tulip-memory reindex probe"]
 
 
 def build_embedder(model: str, api_base: str | None) -> BaseEmbedding:
-    from tulip_memory.embeddings import embedder_from_config
-
     return embedder_from_config(model, api_base=api_base)
 
 
@@ -419,10 +420,6 @@ class Reindexer:
         at a slot no row has) and the tables carry only what the migrations made."""
         import asyncpg
 
-        from tulip_memory.store.postgres.admin import as_operator
-        from tulip_memory.store.postgres.audit import audit
-        from tulip_memory.store.postgres.migrations import expected
-
         assert self._admin_dsn is not None
         try:
             conn = await asyncpg.connect(self._admin_dsn)
@@ -448,8 +445,6 @@ class Reindexer:
     @asynccontextmanager
     async def _owner(self) -> AsyncIterator[Any]:
         """A connection acting as the owner role."""
-        from tulip_memory.store.postgres.admin import as_owner
-
         dsn = self._need_owner("this reindex step")
         try:
             async with as_owner(dsn) as conn:

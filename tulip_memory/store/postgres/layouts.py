@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from tulip_memory.embeddings import BaseEmbedding
+from tulip_memory.embeddings import BaseEmbedding, embedder_from_config
 from tulip_memory.embeddings.allowlist import EmbedderAllowlist
 from tulip_memory.embeddings.base import Vectors
 from tulip_memory.errors import EmbeddingError
@@ -26,8 +26,6 @@ EmbedderResolver = Callable[[str, int, str | None], BaseEmbedding]
 
 def resolve_embedder(spec: str, dim: int, api_base: str | None) -> BaseEmbedding:
     """The default resolver: :func:`~tulip_memory.embeddings.embedder_from_config`."""
-    from tulip_memory.embeddings import embedder_from_config
-
     return embedder_from_config(spec, dimension=dim, api_base=api_base)
 
 
