@@ -143,18 +143,25 @@ def _apply_object(old: Any, changed: Any, removed: Any) -> dict[str, Any]:
     if not isinstance(removed, list):
         raise PatchError("object patch with malformed removals")
     out = dict(old)
+    _remove(out, removed)
+    for key, sub in changed.items():
+        out[key] = apply(out[key], sub) if key in out else _added(key, sub)
+    return out
+
+
+def _remove(out: dict[str, Any], removed: list[Any]) -> None:
+    """Delete the ``removed`` keys of an object patch from ``out``; each must be there."""
     for key in removed:
         if key not in out:
             raise PatchError(f"removal of absent key {key!r:.40}")
         del out[key]
-    for key, sub in changed.items():
-        if key in out:
-            out[key] = apply(out[key], sub)
-        elif isinstance(sub, list) and len(sub) == 2 and sub[0] == "=":
-            out[key] = sub[1]
-        else:
-            raise PatchError(f"patch of absent key {key!r:.40}")
-    return out
+
+
+def _added(key: str, sub: Any) -> Any:
+    """The value a patch gives a key its object lacks: only a whole value (``=``) fits."""
+    if isinstance(sub, list) and len(sub) == 2 and sub[0] == "=":
+        return sub[1]
+    raise PatchError(f"patch of absent key {key!r:.40}")
 
 
 def _apply_list(old: Any, pieces: Any) -> list[Any]:
@@ -201,11 +208,8 @@ def apply_owned(
     _, changed, removed = patch
     if not isinstance(changed, dict) or not isinstance(removed, list):
         raise PatchError("object patch with malformed changes or removals")
-    for key in removed:
-        if key not in state:
-            raise PatchError(f"removal of absent key {key!r:.40}")
-        del state[key]
-        owned.discard(key)
+    _remove(state, removed)
+    owned.difference_update(removed)
     for key, sub in changed.items():
         tail = _appended(state.get(key), sub)
         if tail is not None:
@@ -215,14 +219,9 @@ def apply_owned(
             state[key].extend(tail)
             if appended is not None:
                 appended.add(key)
-        elif key in state:
-            state[key] = apply(state[key], sub)
-            owned.discard(key)
-        elif isinstance(sub, list) and len(sub) == 2 and sub[0] == "=":
-            state[key] = sub[1]
-            owned.discard(key)
         else:
-            raise PatchError(f"patch of absent key {key!r:.40}")
+            state[key] = apply(state[key], sub) if key in state else _added(key, sub)
+            owned.discard(key)
     return state
 
 
