@@ -17,6 +17,7 @@ from typing import Any
 from tulip_producer import AsyncProducer, AsyncReader, ProducerSettings
 from tulip_service.auth import Authenticator
 from tulip_service.settings import ServiceSettings
+from tulip_wire.endpoints import broker_endpoint
 
 
 @dataclass
@@ -70,8 +71,6 @@ class Backend:
 def _connect_broker(url: str) -> None:
     """Open and close one broker connection (Redis: a PING; AMQP: the handshake)."""
     from kombu import Connection
-
-    from tulip_wire.endpoints import broker_endpoint
 
     endpoint = broker_endpoint(url)
     options: dict[str, Any] = {**endpoint.transport_options, "max_retries": 0}
