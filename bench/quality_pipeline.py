@@ -38,7 +38,7 @@ import asyncpg
 import numpy as np
 
 from bench._services import BenchError, Services, WorkerPool, open_services, progress
-from bench.recall_quality import KS, Conversation, Question, turn_text
+from bench.locomo import KS, Conversation, Question, turn_text
 from tulip_memory.config import store_from_env
 from tulip_memory.manager import Memory
 from tulip_memory.messages import Message, Role

@@ -113,7 +113,7 @@ def sentence(rng: random.Random) -> str:
 
 def utterances(pattern: str) -> list[str]:
     """Every turn's text of the LoCoMo conversations ``pattern`` matches."""
-    from bench.recall_quality import dataset_paths, load
+    from bench.locomo import dataset_paths, load
 
     return [t.text for c in load(dataset_paths(pattern)) for t in c.turns if t.text.strip()]
 
