@@ -1,4 +1,5 @@
-"""No module of ours imports itself back: the static import graph of `tulip_*` has no circle.
+"""No module of ours imports itself back: the static import graph of `tulip_*` and `bench`
+has no circle.
 
 Function-level imports and imports under ``TYPE_CHECKING`` count (see tests/support/imports.py):
 a late import that dodges a circle at run time still ties the two modules into one.

@@ -1,4 +1,5 @@
-"""The static import graph of our packages: every module of `tulip_*`, every import in it.
+"""The static import graph of our packages: every module of `tulip_*` and `bench`, every
+import in it.
 
 Read from the source with `ast`, nothing imported: an `import` inside a function counts as much
 as one at the top, since a circle dodged by a late import is still a circle. An import of a
@@ -25,7 +26,8 @@ class Import:
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
     found: dict[str, Path] = {}
-    for package in sorted(root.glob("tulip_*/__init__.py")):
+    packages = [*root.glob("tulip_*/__init__.py"), *root.glob("bench/__init__.py")]
+    for package in sorted(packages):
         for path in sorted(package.parent.rglob("*.py")):
             parts = path.relative_to(root).with_suffix("").parts
             if parts[-1] == "__init__":
