@@ -16,6 +16,7 @@ KNOWN: list[list[str]] = [
     [
         "tulip_workers.app",
         "tulip_workers.parking",
+        "tulip_workers.poolinfo",
         "tulip_workers.priority",
         "tulip_workers.readiness",
         "tulip_workers.redelivery",
