@@ -77,6 +77,12 @@ class PublishedBases:
         with self._lock:
             self._pop(key)
 
+    def drop_prefix(self, prefix: str) -> None:
+        """Every thread whose key starts with ``prefix`` (a tenant's, on its erase)."""
+        with self._lock:
+            for key in [k for k in self._entries if k.startswith(prefix)]:
+                self._pop(key)
+
     def _pop(self, key: str) -> None:
         old = self._entries.pop(key, None)
         if old is not None:

@@ -17,6 +17,7 @@ flusher never delays a caller.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -44,16 +45,20 @@ from tulip_memory.delta.known import MESSAGES, Known, checkpoint_data, known_aft
 from tulip_memory.errors import TulipMemoryError
 from tulip_memory.messages import Message
 from tulip_memory.state import AgentState
+from tulip_memory.store.validation import NS_SEP, validate_namespace
 from tulip_producer.bases import PublishedBases
 from tulip_producer.direct import DirectPublisher, PendingPush, send_event, who
 from tulip_producer.quota import QuotaExceeded
 from tulip_producer.settings import ProducerSettings
 from tulip_producer.spool import Spool, SpooledEvent
 from tulip_wire import events
+from tulip_wire import forget as scopes
 from tulip_wire.claimcheck import ClaimCheckStore
 from tulip_wire.endpoints import broker_endpoint, redis_client, scheme_of
 from tulip_wire.events import (
+    ALL_TASKS,
     CHECKPOINT_SAVED,
+    ROLE_OF,
     SEQ_ROOM,
     SESSION_ENDED,
     TASKS,
@@ -224,7 +229,7 @@ class _Publisher:
         was taken at the door already). A claim check is put before either path, once
         for both."""
         wire = self._outgoing(encoded if encoded is not None else Encoded.of(env))
-        if self._direct is not None:
+        if self._direct is not None and env.type in TASKS:
             push = None if pending is None else self._push(pending)
             if self._direct.publish(wire, self._routers[env.type], push, quota=quota) is not None:
                 return
@@ -242,8 +247,9 @@ class _Publisher:
         order of the sequence numbers, whatever other producers do meanwhile, and an
         over-quota publish writes nothing (:class:`~tulip_producer.quota.QuotaExceeded`)."""
         env = wire.env
+        role = ROLE_OF[env.type]
         keys = [seq_key(env.key), PublishedEvents.key(env.id)]
-        keys += [layout_key(self._routers[env.type].prefix), quota_key(tenant_of_key(env.key))]
+        keys += [layout_key(self._routers[role].prefix), quota_key(tenant_of_key(env.key))]
         args: list[str | int | float] = [self._seq_idle_ms, int(self._status_ttl * 1000), env.key]
         args += self._quota.args() if quota else ("0", 0)
         if pending is not None:
@@ -252,7 +258,7 @@ class _Publisher:
         seq, layout = self._number(keys=keys, args=args)
         if int(seq) == OVER_QUOTA:
             raise self._quota.exceeded(tenant_of_key(env.key), int(layout))
-        router = self._router(env.type, layout)  # Resharding: the caller spools it
+        router = self._router(role, layout)  # Resharding: the caller spools it
         numbered = env.with_seq(int(seq))
         if self.signer is None:
             self.send(numbered, wire.numbered(int(seq)), router)
@@ -298,7 +304,7 @@ class _Publisher:
         queue = self._queue(router.queue(env.key))
         with self._connections.acquire(block=True) as connection:
             send_event(
-                self._app, connection, TASKS[env.type], event_id=env.id, kind=env.type,
+                self._app, connection, ALL_TASKS[env.type], event_id=env.id, kind=env.type,
                 seq=env.seq, text=text, queue=queue, who=who(env.key), **self._options,
             )  # fmt: skip
 
@@ -616,6 +622,57 @@ class Producer:
                 self._flusher.wake()
         return env.id
 
+    # -- erasing ------------------------------------------------------------------
+
+    def forget(self, namespace: tuple[str, ...]) -> str:
+        """Erase every memory and turn of ``namespace`` (and its dead letters, claim
+        checks, ledger keys and sequence counter), in order with its events: what was
+        published for it before is applied and then erased, or never applied; what is
+        published after is applied. Returns the erase's event id: ``Reader.status`` of
+        it is ``applied`` once every store is erased, with the counts
+        (``docs/forget.md``)."""
+        ns = validate_namespace(namespace)
+        env = events.memory_forget(scopes.NAMESPACE, ns[0], ns, ts=time.time())
+        return self._publish_erase(env)
+
+    def forget_messages(self, namespace: tuple[str, ...], message_ids: Sequence[str]) -> str:
+        """Erase the memories of ``namespace`` whose ``source_ids`` name any of
+        ``message_ids``, and the turns holding those messages (and the namespace's
+        dead letters quoting them); ordered like :meth:`forget`."""
+        if isinstance(message_ids, str):
+            raise TypeError("message_ids must be a list of ids, not one string")
+        ns = validate_namespace(namespace)
+        env = events.memory_forget(
+            scopes.MESSAGES, ns[0], ns, list(message_ids),
+            ts=time.time(),
+        )  # fmt: skip
+        return self._publish_erase(env)
+
+    def forget_thread(self, thread_id: str, *, tenant: str) -> str:
+        """Erase ``tenant``'s thread: its checkpoints (head, history, name), summary,
+        pending saves and summary marker, in order with the thread's saves. This
+        producer's next save of the thread carries its whole state."""
+        env = events.thread_forget(tenant, thread_id, ts=time.time())
+        self.bases.drop(env.key)
+        return self._publish_erase(env)
+
+    def forget_tenant(self, tenant: str) -> str:
+        """Erase everything of ``tenant``, on every shard: memories, turns, dead
+        letters, checkpoints, claim checks, ledger keys, Redis state. Events of the
+        tenant published before it are applied and erased, or dropped when delivered
+        after it; the tenant's events published after it wait until it is done."""
+        env = events.memory_forget(scopes.TENANT, tenant, ts=time.time())
+        self.bases.drop_prefix(tenant + NS_SEP)
+        return self._publish_erase(env)
+
+    def _publish_erase(self, env: Envelope) -> str:
+        """Publish (or spool) an erase: never refused by the tenant's publish quota."""
+        encoded = Encoded.of(env)
+        with self._gate.entered(), self._key_locks(env.key):
+            if self._spool or not self._try_publish(encoded.env, encoded=encoded, quota=False):
+                self._spool_text(encoded.text)
+        return env.id
+
     def backlog(self, namespace: tuple[str, ...]) -> int:
         """How many events wait on the shard queue ``namespace``'s events go to (a
         backfill paces itself by it); raises when the broker cannot be reached."""
@@ -703,7 +760,9 @@ class Producer:
             raise EventError("only a published event (one with a seq) can be republished", env.id)
         with self._gate.entered():
             try:
-                self._publisher.send(env, encoded, self._publisher.current_router(env.type))
+                self._publisher.send(
+                    env, encoded, self._publisher.current_router(ROLE_OF[env.type])
+                )
             except Exception as e:
                 raise PublishError(env.id, type(e).__name__) from e
 
@@ -790,6 +849,7 @@ class Producer:
                         return False
                     delivered += 1
         if delivered:
+            self._spool.scrub()
             self._degraded = False
             self._malformed.forget()
             log.info("delivered %d spooled events; the spool is empty", delivered)
@@ -896,6 +956,27 @@ class AsyncProducer:
             return await asyncio.to_thread(
                 self.sync.checkpoint_saved, thread_id, state, tenant=tenant
             )
+
+    async def forget(self, namespace: tuple[str, ...]) -> str:
+        return await self._keyed(namespace_key(namespace), self.sync.forget, namespace)
+
+    async def forget_messages(self, namespace: tuple[str, ...], message_ids: Sequence[str]) -> str:
+        key = namespace_key(namespace)
+        return await self._keyed(key, self.sync.forget_messages, namespace, message_ids)
+
+    async def forget_thread(self, thread_id: str, *, tenant: str) -> str:
+        key = thread_key(tenant, thread_id)
+        return await self._keyed(
+            key, functools.partial(self.sync.forget_thread, tenant=tenant), thread_id
+        )
+
+    async def forget_tenant(self, tenant: str) -> str:
+        return await self._keyed(namespace_key((tenant,)), self.sync.forget_tenant, tenant)
+
+    async def _keyed(self, key: str, call: Callable[..., str], *args: Any) -> str:
+        """``call(*args)`` in a worker thread, after the calls of ``key`` made before it."""
+        async with self._key_locks[stable_hash(key) % KEY_LOCK_STRIPES]:
+            return await asyncio.to_thread(call, *args)
 
     async def flush(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
         return await asyncio.to_thread(self.sync.flush, timeout)

@@ -19,6 +19,7 @@ from tulip_memory._portal import Portal
 from tulip_memory.compactor import LLMCompactor
 from tulip_memory.delta import DeltaCheckpointer
 from tulip_memory.delta.tenants import TenantCheckpointers
+from tulip_memory.erasures import Erasures
 from tulip_memory.ledger import DONE, EventLedger
 from tulip_memory.manager import Memory, MemoryType
 from tulip_memory.messages import Message
@@ -29,6 +30,7 @@ from tulip_memory.store.validation import NS_SEP, validate_namespace
 from tulip_memory.summaries import SummaryStore, compacted_view
 from tulip_memory.turns import TurnHit
 from tulip_producer.settings import CONTEXT_LENGTH, ReaderSettings
+from tulip_wire.events import FORGET_TYPES
 from tulip_wire.pending import PendingStates, pending_states, rebuild
 from tulip_wire.published import PublishedEvents, published_events
 from tulip_wire.signing import signer_of
@@ -60,6 +62,12 @@ class EventStatus:
     state: State
     reason: str | None = None
     memories: int | None = None
+    #: An erase's receipt: what it removed or blanked per store (``memories``,
+    #: ``turns``, ``dead_letters``, ``ledger``, ``checkpoints``, ``redis_keys``), so far
+    #: while ``pending``; never content. ``None`` for any other event.
+    erased: Mapping[str, int] | None = None
+    #: When the erase was done.
+    erased_at: datetime | None = None
 
 
 class AsyncReader:
@@ -79,6 +87,7 @@ class AsyncReader:
         self.pending = pending
         self.published = published
         self._ledger = EventLedger()
+        self._erasures = Erasures()
         self._ledger_ready = False
         self._tenants: TenantCheckpointers | None = None
 
@@ -229,12 +238,17 @@ class AsyncReader:
                 await self._ledger.ensure(tx.conn)
                 self._ledger_ready = True
             entry = await self._ledger.get(tx.conn, event_id, tenant=tenant)
-        if entry is None and not await self._published(event_id, tenant):
+            receipt = None
+            if entry is None or entry.type in FORGET_TYPES:
+                receipt = await self._erasures.get(tx.conn, tenant, event_id)
+        erased = None if receipt is None else dict(receipt.counts)
+        if entry is None and receipt is None and not await self._published(event_id, tenant):
             return EventStatus(event_id, "unknown")
         if entry is None or entry.status not in DONE:
-            return EventStatus(event_id, "pending")
+            return EventStatus(event_id, "pending", erased=erased)
         state = next(d for d in DONE_STATES if d == entry.status)
-        return EventStatus(event_id, state, entry.reason, entry.memories)
+        at = None if receipt is None else receipt.finished_at
+        return EventStatus(event_id, state, entry.reason, entry.memories, erased, at)
 
     # ``timeout`` as in QueuedMemoryManager.drain: a bound reported as TimeoutError.
     async def wait(

@@ -11,6 +11,7 @@ directory is 0700 and its files 0600 (tightened when an older version left them 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import sqlite3
@@ -78,6 +79,9 @@ class Spool:
         )
         _while_locked(busy_timeout, lambda: self._db.execute("PRAGMA journal_mode=WAL"))
         self._db.execute("PRAGMA synchronous=FULL")
+        # A delivered row's bytes are zeroed, not left in a free page (an erase of its
+        # subject must not find the conversation here afterwards); see :meth:`scrub`.
+        self._db.execute("PRAGMA secure_delete=ON")
         _while_locked(busy_timeout, lambda: self._db.executescript(_SCHEMA))
 
     def append(self, envelope: str) -> int:
@@ -144,6 +148,13 @@ class Spool:
             yield True
         finally:
             os.close(fd)  # closing releases the lock
+
+    def scrub(self) -> None:
+        """Once the spool is empty: move the write-ahead log into the database (whose
+        freed pages ``secure_delete`` zeroes) and truncate it, so no delivered
+        envelope's bytes stay in either file. Skipped while another process reads."""
+        with self._lock, contextlib.suppress(sqlite3.OperationalError):
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # busy: the next one does
 
     def close(self) -> None:
         with self._lock:

@@ -123,6 +123,14 @@ class ClaimCheckStore:
         digest = hashlib.sha256(data).hexdigest()
         return PayloadRef(url=f"{self.root}/{key}", sha256=digest, size=len(data))
 
+    def delete(self, event_ids: list[str]) -> None:
+        """Delete the claim checks of ``event_ids`` (absent ones are not an error; ids
+        that are not 32 hex digits never name one). An erase calls this."""
+        keys = [f"{i[:2]}/{i}.json" for i in event_ids if _EVENT_ID.fullmatch(i)]
+        with _unavailable_on_failure():
+            for start in range(0, len(keys), 1000):
+                self.objects.delete(keys[start : start + 1000])
+
     def get(self, ref: PayloadRef, event_id: str, *, max_bytes: int | None = None) -> bytes:
         """The payload ``event_id`` stored, exactly as stored; :class:`EventError`
         otherwise, also when ``ref`` names another event's object (a forged event

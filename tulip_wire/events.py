@@ -36,15 +36,30 @@ from tulip_memory.messages import Message
 from tulip_memory.state import AgentState
 from tulip_memory.store.validation import NS_SEP, validate_namespace
 from tulip_memory.times import TIME_FIELD, stated_time
-from tulip_wire import topology
+from tulip_wire import forget, topology
 from tulip_wire.jsonpath import non_json_value
 
 SCHEMA_VERSION = 1
 SESSION_ENDED = "session.ended"
 CHECKPOINT_SAVED = "checkpoint.saved"
-EVENT_TYPES = frozenset({SESSION_ENDED, CHECKPOINT_SAVED})
-#: Celery task names the events are delivered to.
+#: Erase events (:mod:`tulip_wire.forget`): a namespace's memories and turns, some of its
+#: messages, or a whole tenant (on an extraction shard); a thread's state (on a
+#: checkpoint shard). Each is ordered with its subject's other events by its key.
+MEMORY_FORGET = "memory.forget"
+THREAD_FORGET = "thread.forget"
+FORGET_TYPES = frozenset({MEMORY_FORGET, THREAD_FORGET})
+EVENT_TYPES = frozenset({SESSION_ENDED, CHECKPOINT_SAVED, *FORGET_TYPES})
+#: Celery task names the content events are delivered to (one message template each).
 TASKS = {SESSION_ENDED: topology.EXTRACT_TASK, CHECKPOINT_SAVED: topology.CHECKPOINT_TASK}
+#: The task of every event type: an erase goes to the task of its subject's role, so it
+#: shares that role's per-key order.
+ALL_TASKS = {
+    **TASKS,
+    MEMORY_FORGET: topology.EXTRACT_TASK,
+    THREAD_FORGET: topology.CHECKPOINT_TASK,
+}
+#: The event type whose shard router an event takes (its role's).
+ROLE_OF = {**{t: t for t in TASKS}, MEMORY_FORGET: SESSION_ENDED, THREAD_FORGET: CHECKPOINT_SAVED}
 MAX_KEY_CHARS = 2048
 MAX_THREAD_ID_CHARS = 512
 #: The largest inline envelope (UTF-8 bytes) a producer sends and a worker accepts
@@ -105,7 +120,7 @@ class Envelope:
 
     @property
     def task(self) -> str:
-        return TASKS[self.type]
+        return ALL_TASKS[self.type]
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -180,6 +195,32 @@ def thread_key(tenant: str, thread_id: str) -> str:
     """The ordering key of a tenant's thread (injective: a tenant holds no ``\\x1f``)."""
     (checked,) = validate_namespace((tenant,))
     return f"{checked}{NS_SEP}{thread_id}"
+
+
+def memory_forget(
+    scope: str,
+    tenant: str,
+    namespace: tuple[str, ...] | None = None,
+    message_ids: list[str] | None = None,
+    *,
+    ts: float,
+) -> Envelope:
+    """A ``memory.forget`` event (:mod:`tulip_wire.forget`), validated."""
+    payload = forget.memory_payload(scope, tenant, namespace, message_ids)
+    problem = forget.problem(False, payload)
+    if problem is not None:
+        raise EventError(problem)
+    env = Envelope(type=MEMORY_FORGET, key=forget.subject_key(payload), payload=payload, ts=ts)
+    validate(env)
+    return env
+
+
+def thread_forget(tenant: str, thread_id: str, *, ts: float) -> Envelope:
+    """A ``thread.forget`` event of ``tenant``'s thread, validated."""
+    payload = {"tenant": tenant, "thread_id": thread_id}
+    env = Envelope(type=THREAD_FORGET, key=thread_key(tenant, thread_id), payload=payload, ts=ts)
+    validate(env)
+    return env
 
 
 def checkpoint_saved(
@@ -432,10 +473,12 @@ def check_payload(env: Envelope, payload: Any) -> dict[str, Any]:
     _check_payload(env.type, payload, env.id)
     if env.type == SESSION_ENDED and namespace_key(tuple(payload["namespace"])) != env.key:
         raise EventError("key does not match the payload's namespace", env.id)
-    if env.type == CHECKPOINT_SAVED and thread_key(payload["tenant"], payload["thread_id"]) != (
-        env.key
-    ):
+    if env.type in (CHECKPOINT_SAVED, THREAD_FORGET) and thread_key(
+        payload["tenant"], payload["thread_id"]
+    ) != (env.key):
         raise EventError("key does not match the payload's tenant and thread_id", env.id)
+    if env.type == MEMORY_FORGET and forget.subject_key(payload) != env.key:
+        raise EventError("key does not match the erase's subject", env.id)
     return dict(payload)
 
 
@@ -446,6 +489,10 @@ def _check_payload(kind: str, payload: Any, event_id: str) -> None:
         _check_session_ended(payload, event_id)
     elif kind == CHECKPOINT_SAVED:
         _check_checkpoint_saved(payload, event_id)
+    elif kind in FORGET_TYPES:
+        problem = forget.problem(kind == THREAD_FORGET, payload)
+        if problem is not None:
+            raise EventError(problem, event_id)
 
 
 def _check_thread_id(p: dict[str, Any], event_id: str) -> None:

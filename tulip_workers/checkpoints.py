@@ -31,7 +31,13 @@ from tulip_memory.delta.known import MESSAGES
 from tulip_memory.delta.tenants import TenantCheckpointers
 from tulip_memory.state import AgentState
 from tulip_memory.summaries import SummaryBudget, SummaryStore
-from tulip_wire.events import Envelope, EventError, check_messages
+from tulip_wire.events import (
+    CHECKPOINT_SAVED,
+    THREAD_FORGET,
+    Envelope,
+    EventError,
+    check_messages,
+)
 from tulip_wire.pending import PendingStates, rebuild
 from tulip_wire.statedelta import DeltaError, apply_delta, onto_known
 from tulip_workers.event_worker import (
@@ -70,32 +76,45 @@ class CheckpointWorker(EventWorker):
         return SummaryTrigger(self.summary_budget, self.scheduler)
 
     async def _apply(self, env: Envelope, attempt: int, ahead: object | None = None) -> str:
+        if env.type == THREAD_FORGET:
+            return await self._forget(env, attempt)
+        if env.type != CHECKPOINT_SAVED:
+            raise EventError(f"a {env.type} event on a checkpoint queue", env.id)
         payload = await self._payload(env)
         tenant, thread = payload["tenant"], payload["thread_id"]
         checkpoint_id = payload["checkpoint_id"]
-        async with self.store.transaction(tenant) as tx:
-            newest = await self.ledger.newest_applied_seq(tx.conn, env.type, env.key, tenant=tenant)
-        superseded = newest is not None and env.seq is not None and env.seq < newest
         state: AgentState | None = None
-        if not superseded:
-            state = await self._write(env, payload)
+        dropped = superseded = False
         try:
+            # One transaction around the write: it holds the tenant's erase lock
+            # shared, so an erase of the thread or tenant never misses what it writes.
             async with self.store.transaction(tenant) as tx:
-                claimed = await self.ledger.claim(
-                    tx.conn,
-                    tenant=tenant,
-                    event_id=env.id,
-                    type=env.type,
-                    key=env.key,
-                    seq=env.seq,
-                    attempts=attempt,
-                    memories=0,
-                    superseded=superseded,
-                )
-                if not claimed:
-                    raise AlreadyApplied
+                dropped = await self._fenced(tx.conn, env, tenant)
+                if not dropped:
+                    newest = await self.ledger.newest_applied_seq(
+                        tx.conn, env.type, env.key, tenant=tenant
+                    )
+                    superseded = newest is not None and env.seq is not None and env.seq < newest
+                    if not superseded:
+                        state = await self._write(env, payload)
+                    claimed = await self.ledger.claim(
+                        tx.conn,
+                        tenant=tenant,
+                        event_id=env.id,
+                        type=env.type,
+                        key=env.key,
+                        seq=env.seq,
+                        attempts=attempt,
+                        memories=0,
+                        superseded=superseded,
+                    )
+                    if not claimed:
+                        raise AlreadyApplied
         except AlreadyApplied:
             return DUPLICATE
+        if dropped:
+            await self._drop_claim(env)
+            superseded = True
         if self.pending is not None:
             await asyncio.to_thread(self.pending.clear_if, tenant, thread, checkpoint_id)
         if state is not None:

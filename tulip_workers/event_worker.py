@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Protocol
 
+from tulip_memory.erasures import Erasures
 from tulip_memory.ledger import EventLedger
 from tulip_memory.redaction import redact
 from tulip_memory.store import PgMemory
@@ -31,6 +32,7 @@ from tulip_wire.events import (
     decode,
     decode_payload,
 )
+from tulip_wire.forget import subject_digest
 from tulip_wire.signing import ForgedEvent, Signer, forged_event_id
 from tulip_workers.deadletters import (
     MAX_REASON_CHARS,
@@ -40,6 +42,7 @@ from tulip_workers.deadletters import (
     minimal,
     safe_text,
 )
+from tulip_workers.erasing import Eraser, Subject
 from tulip_workers.failures import is_unreachable
 from tulip_workers.outcomes import log_outcome
 from tulip_workers.overlap import beside
@@ -106,6 +109,11 @@ class AlreadyApplied(Exception):
     """Rolls back a transaction whose event the ledger already holds."""
 
 
+class ErasureUnderWay(Exception):
+    """A tenant erase is still under way: the tenant's later events wait for it, in
+    place, using up no attempt (as for an unreachable dependency)."""
+
+
 def tenant_of_letter(env: Envelope | None) -> str:
     """The tenant a dead letter is filed under; one Postgres cannot pin goes to the
     unknown tenant (its letter is still written)."""
@@ -135,6 +143,9 @@ class EventWorker(ABC):
     outcomes: OutcomeTally | None = None
     #: Where the store connects, credentials stripped, for errors that say so.
     database: str | None = None
+    #: Applies erase events (:mod:`tulip_workers.erasing`); None: they are refused.
+    eraser: Eraser | None = None
+    erasures: Erasures = field(default_factory=Erasures)
     _ready: bool = False
 
     async def handle_durably(
@@ -265,10 +276,14 @@ class EventWorker(ABC):
                 outcome = await self._apply(env, attempt + 1, reads)
                 return Outcome(outcome, env.id, env.key, attempt + 1, published=env.ts)
             except Exception as e:
-                if is_unreachable(e):
+                if is_unreachable(e) or isinstance(e, ErasureUnderWay):
                     waits += 1
                     delay = self.retry.delay(min(waits, 8))
-                    what = "a dependency is unreachable"
+                    what = (
+                        "a tenant erase is under way"
+                        if isinstance(e, ErasureUnderWay)
+                        else "a dependency is unreachable"
+                    )
                 else:
                     attempt += 1
                     if is_permanent(e) or attempt >= self.retry.attempts:
@@ -515,6 +530,39 @@ class EventWorker(ABC):
         letter = replace(letter, event_id=digest_id)
         await self._file(letter)
         return letter
+
+    async def _forget(self, env: Envelope, attempt: int) -> str:
+        """Apply an erase event: its tombstone, every store, then its ledger row."""
+        if self.eraser is None:
+            raise EventError("this worker has no eraser configured", env.id)
+        subject = Subject.of(await self._payload(env))
+        if not await self.eraser.begin(env, subject):
+            return DUPLICATE
+        await self.eraser.erase(env, subject)
+        return APPLIED if await self.eraser.finish(env, subject, attempt) else DUPLICATE
+
+    async def _fenced(self, conn: Any, env: Envelope, tenant: str) -> bool:
+        """In the event's write transaction: take the tenant's erase lock shared and
+        say whether an erase of the event's subject (or tenant) made after the event
+        drops it (then record it ``superseded``, with no key, and write nothing);
+        raise :class:`ErasureUnderWay` while a tenant erase runs."""
+        fence = await self.erasures.fence(conn, tenant, [subject_digest(env.key)])
+        if fence.drops(env.ts):
+            await self.ledger.claim(
+                conn, tenant=tenant, event_id=env.id, type=env.type, key="", seq=env.seq,
+                attempts=1, memories=0, superseded=True,
+            )  # fmt: skip
+            return True
+        if fence.busy:
+            raise ErasureUnderWay(f"event {env.id} waits for an erase of tenant {tenant}")
+        return False
+
+    async def _drop_claim(self, env: Envelope) -> None:
+        """The claim check of an event an erase dropped."""
+        if env.payload_ref is not None and self.eraser is not None:
+            claims = self.eraser.claims
+            if claims is not None:
+                await asyncio.to_thread(claims.delete, [env.id])
 
     async def _count(self, kind: str) -> None:
         if self.tally is not None:

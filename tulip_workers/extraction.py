@@ -22,7 +22,7 @@ from tulip_memory.manager.block import strip_memory_blocks
 from tulip_memory.messages import Message, message_id
 from tulip_memory.store.postgres.store import TurnsIn
 from tulip_memory.times import TIME_FIELD, iso, parse_time, stated_time
-from tulip_wire.events import Envelope, decode_messages
+from tulip_wire.events import MEMORY_FORGET, SESSION_ENDED, Envelope, EventError, decode_messages
 from tulip_workers.event_worker import (
     APPLIED,
     DEAD,
@@ -56,12 +56,19 @@ class ExtractionWorker(EventWorker):
     extractor: Extractor
     max_memories: int = 50
 
-    async def _read_ahead(self, env: Envelope) -> _Read:
+    async def _read_ahead(self, env: Envelope) -> _Read | None:
+        if env.type != SESSION_ENDED:
+            return None
         payload = await self._payload(env)
         return _Read(payload, await self._existing(tuple(payload["namespace"])))
 
     async def _apply(self, env: Envelope, attempt: int, ahead: object | None = None) -> str:
+        if env.type == MEMORY_FORGET:
+            return await self._forget(env, attempt)
+        if env.type != SESSION_ENDED:
+            raise EventError(f"a {env.type} event on an extraction queue", env.id)
         read = ahead if isinstance(ahead, _Read) else await self._read_ahead(env)
+        assert read is not None
         payload = read.payload
         ns, thread = tuple(payload["namespace"]), payload["thread_id"]
         metadata = payload.get("metadata", {})
@@ -84,32 +91,37 @@ class ExtractionWorker(EventWorker):
             _, completion = await self.store.prepare_event([], done)
         try:
             async with self.store.transaction(ns[0]) as tx:
-                claimed = await self.ledger.claim(
-                    tx.conn,
-                    tenant=ns[0],
-                    event_id=env.id,
-                    type=env.type,
-                    key=env.key,
-                    seq=env.seq,
-                    attempts=attempt,
-                    memories=len(items),
-                )
-                if not claimed:
-                    raise AlreadyApplied
-                kept_out = 0
-                if batch is not None:
-                    kept_out = await tx.write(batch, source_seq=env.seq)
-                if turns is not None:
-                    await tx.write_turns(turns, source_seq=env.seq)
-                if completion is not None and session.completes is not None:
-                    seq = session.completes.source_seq
-                    await tx.write_turns(completion, source_seq=seq, replace=True)
-                for kind in {m.type.value for m in memories}:
-                    await tx.prune((*ns, kind), self.max_memories)
-                if kept_out:
-                    await self.ledger.supersede(tx.conn, env.id, tenant=ns[0])
+                if await self._fenced(tx.conn, env, ns[0]):
+                    kept_out = -1  # an erase made after it: recorded, nothing written
+                else:
+                    claimed = await self.ledger.claim(
+                        tx.conn,
+                        tenant=ns[0],
+                        event_id=env.id,
+                        type=env.type,
+                        key=env.key,
+                        seq=env.seq,
+                        attempts=attempt,
+                        memories=len(items),
+                    )
+                    if not claimed:
+                        raise AlreadyApplied
+                    kept_out = 0
+                    if batch is not None:
+                        kept_out = await tx.write(batch, source_seq=env.seq)
+                    if turns is not None:
+                        await tx.write_turns(turns, source_seq=env.seq)
+                    if completion is not None and session.completes is not None:
+                        seq = session.completes.source_seq
+                        await tx.write_turns(completion, source_seq=seq, replace=True)
+                    for kind in {m.type.value for m in memories}:
+                        await tx.prune((*ns, kind), self.max_memories)
+                    if kept_out:
+                        await self.ledger.supersede(tx.conn, env.id, tenant=ns[0])
         except AlreadyApplied:
             return DUPLICATE
+        if kept_out < 0:
+            await self._drop_claim(env)
         return SUPERSEDED if kept_out else APPLIED
 
     async def _turns(

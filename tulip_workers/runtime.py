@@ -28,6 +28,7 @@ from tulip_wire.topology import (
     SUMMARIZE_TASK,
 )
 from tulip_workers.checkpoints import CheckpointWorker
+from tulip_workers.erasing import Eraser
 from tulip_workers.event_worker import EventWorker
 from tulip_workers.extraction import ExtractionWorker
 from tulip_workers.extractors import Extractor, LLMStep, SlotFactory, heuristic
@@ -70,12 +71,22 @@ class WorkerRuntime:
         with self._lock:
             if self._extraction is None:
                 s = self.settings
+                store = s.store.store(pool_size=pool_size(s.concurrency[SESSION_ENDED]))
+                claims = _claims(s)
                 self._extraction = ExtractionWorker(
-                    store=s.store.store(pool_size=pool_size(s.concurrency[SESSION_ENDED])),
+                    store=store,
                     extractor=_extractor(s),
-                    claims=_claims(s),
+                    claims=claims,
                     signer=_signer(s),
                     max_memories=s.max_memories,
+                    eraser=Eraser(
+                        store=store,
+                        claims=claims,
+                        checkpoints=checkpointer_of(s) if s.checkpoint_url else None,
+                        redis=_redis(s),
+                        batch=s.erase_batch,
+                        pace=s.erase_pace,
+                    ),
                     **_event_limits(s),
                 )
             return self._extraction
@@ -84,16 +95,28 @@ class WorkerRuntime:
         with self._lock:
             if self._checkpoints is None:
                 s = self.settings
-                self._checkpoints = CheckpointWorker(
-                    store=s.store.store(pool_size=pool_size(s.concurrency[CHECKPOINT_SAVED])),
+                store = s.store.store(pool_size=pool_size(s.concurrency[CHECKPOINT_SAVED]))
+                claims = _claims(s)
+                worker = CheckpointWorker(
+                    store=store,
                     checkpointer=checkpointer_of(s),
                     pending=_pending(s),
-                    claims=_claims(s),
+                    claims=claims,
                     signer=_signer(s),
                     scheduler=_scheduler(s),
                     summary_budget=s.summary_budget,
                     **_event_limits(s),
                 )
+                worker.eraser = Eraser(
+                    store=store,
+                    claims=claims,
+                    checkpoints=worker.checkpointer,
+                    views=worker.threads,
+                    redis=_redis(s),
+                    batch=s.erase_batch,
+                    pace=s.erase_pace,
+                )
+                self._checkpoints = worker
             return self._checkpoints
 
     def summaries(self) -> SummaryWorker:
@@ -220,6 +243,11 @@ def checkpointer_of(s: WorkerSettings) -> DeltaCheckpointer:
             f"TULIP_CHECKPOINT_URL={redact_url(url)!r} must name a checkpoint store, not an adapter"
         )
     return checkpointer
+
+
+def _redis(s: WorkerSettings) -> Any:
+    """A client of ``TULIP_REDIS_URL``, or None without one."""
+    return None if s.redis_url is None else redis_client(s.redis_url)
 
 
 def _pending(s: WorkerSettings) -> PendingStates | None:

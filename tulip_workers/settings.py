@@ -99,6 +99,23 @@ SUMMARIZE_OVER_TOKENS = Var("TULIP_SUMMARIZE_OVER_TOKENS", 6000, positive)
 SUMMARY_STEP_TOKENS = Var[int | None]("TULIP_SUMMARY_STEP_TOKENS", None, positive)
 SUMMARY_HEAD_TURNS = Var("TULIP_SUMMARY_HEAD_TURNS", 2, positive)
 SUMMARY_KEEP_RECENT = Var("TULIP_SUMMARY_KEEP_RECENT", 10, positive)
+
+
+def pace(raw: str) -> float:
+    """A multiple of a batch's own time to rest after it: a number >= 0."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("must be a number >= 0") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError("must be a finite number >= 0")
+    return value
+
+
+#: Rows (or objects) one batch of an erase removes, and the rest after each batch as a
+#: multiple of its time (``tulip_workers.erasing``): live recall keeps its share.
+ERASE_BATCH = Var("TULIP_ERASE_BATCH", 2000, positive)
+ERASE_PACE = Var("TULIP_ERASE_PACE", 1.0, pace)
 #: Unset: ``tulip_workers.priority.BATCH_NICE`` for a worker of batch queues only, else 0.
 WORKER_NICE = Var[int | None]("TULIP_WORKER_NICE", None, niceness)
 
@@ -169,6 +186,9 @@ class WorkerSettings:
     key_reservation: int = KEY_RESERVATION.default
     #: ``TULIP_TENANT_MAX_INFLIGHT``: one tenant's share of the slots and the LLM cap.
     tenant_share: float | None = None
+    #: ``TULIP_ERASE_BATCH``, ``TULIP_ERASE_PACE``: an erase's batch and rest.
+    erase_batch: int = ERASE_BATCH.default
+    erase_pace: float = ERASE_PACE.default
 
     def __post_init__(self) -> None:
         signer_of(self.signing_key)  # a key too short fails here, naming the variable
@@ -195,6 +215,8 @@ class WorkerSettings:
             llm=LlmLimits.from_env(e),
             key_reservation=KEY_RESERVATION.read(e),
             tenant_share=TENANT_MAX_INFLIGHT.read(e),
+            erase_batch=ERASE_BATCH.read(e),
+            erase_pace=ERASE_PACE.read(e),
         )
 
 

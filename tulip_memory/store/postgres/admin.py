@@ -95,10 +95,12 @@ async def provision_app_role(
         await _transfer(conn, role, schema)
     finally:
         await conn.close()
+    from tulip_memory.erasures import Erasures
     from tulip_memory.ledger import EventLedger
 
     async with as_owner(admin_dsn) as owner:
         await EventLedger().migrate(owner)
+        await Erasures().migrate(owner)
     return dsn_for_role(admin_dsn, role, password)
 
 
