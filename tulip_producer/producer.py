@@ -83,6 +83,7 @@ from tulip_wire.topology import (
     CHECKPOINT_QUEUE_PREFIX,
     EXTRACT_QUEUE_PREFIX,
     SPOOL_REPORT_PREFIX,
+    forgetting_key,
     quota_key,
     seq_key,
 )
@@ -229,6 +230,11 @@ class _Publisher:
         was taken at the door already). A claim check is put before either path, once
         for both."""
         wire = self._outgoing(encoded if encoded is not None else Encoded.of(env))
+        if scopes.is_tenant_erase(env.type, env.payload):
+            # Before it is published: every event published after it sees the marker
+            # on any shard and waits until the erase is done (docs/forget.md).
+            marker = scopes.marker_value(env.id, env.ts)
+            self._redis.set(forgetting_key(tenant_of_key(env.key)), marker)
         if self._direct is not None and env.type in TASKS:
             push = None if pending is None else self._push(pending)
             if self._direct.publish(wire, self._routers[env.type], push, quota=quota) is not None:

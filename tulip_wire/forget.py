@@ -46,6 +46,28 @@ def subject_key(payload: dict[str, Any]) -> str:
     return NS_SEP.join(payload["namespace"])
 
 
+def marker_value(event_id: str, cutoff: float) -> str:
+    """What :func:`~tulip_wire.topology.forgetting_key` holds: the erase and its time."""
+    return f"{event_id} {cutoff!r}"
+
+
+def parse_marker(raw: bytes | str | None) -> tuple[str, float] | None:
+    """The erase id and cutoff of a marker, or None (absent or not one of ours)."""
+    if raw is None:
+        return None
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    event_id, _, cutoff = text.partition(" ")
+    try:
+        return event_id, float(cutoff)
+    except ValueError:
+        return None
+
+
+def is_tenant_erase(kind: str, payload: Any) -> bool:
+    """A ``memory.forget`` of a whole tenant."""
+    return kind == "memory.forget" and isinstance(payload, dict) and payload.get("scope") == TENANT
+
+
 def memory_payload(
     scope: str,
     tenant: str,

@@ -47,6 +47,7 @@ PARKED_INDEX_PREFIX = "tulip:parked-keys:"  # per shard queue: parked keys -> ho
 UNPARKING_PREFIX = "tulip:unparking:"  # per shard queue: key -> digest of its unparked message
 QUOTA_KEY_PREFIX = "tulip:quota:"  # per tenant: its publish token bucket
 FAIR_KEY_PREFIX = "tulip:fair:"  # per semaphore: tenants waiting, and when each last asked
+FORGETTING_PREFIX = "tulip:forgetting:"  # per tenant: its erase published, not yet done
 
 #: An ordering key (or tenant) longer than this many UTF-8 bytes is named by its digest
 #: inside Redis key names, so a key name's size is bounded whatever the namespace.
@@ -102,6 +103,11 @@ def unparking_key(queue: str) -> str:
 def quota_key(tenant: str) -> str:
     """The publish token bucket of ``tenant``."""
     return QUOTA_KEY_PREFIX + redis_name(tenant)
+
+
+def forgetting_key(tenant: str) -> str:
+    """The marker of ``tenant``'s erase in flight (set before it is published)."""
+    return FORGETTING_PREFIX + redis_name(tenant)
 
 
 def fair_keys(semaphore: str) -> tuple[str, str]:

@@ -43,12 +43,13 @@ from tulip_memory.store.validation import NS_SEP
 from tulip_memory.summaries import SummaryStore
 from tulip_wire.claimcheck import ClaimCheckStore
 from tulip_wire.events import Envelope, thread_key
-from tulip_wire.forget import MESSAGES, NAMESPACE, TENANT, THREAD, subject_digest
+from tulip_wire.forget import MESSAGES, NAMESPACE, TENANT, THREAD, parse_marker, subject_digest
 from tulip_wire.published import PUBLISHED_KEY_PREFIX
 from tulip_wire.topology import (
     PENDING_KEY_PREFIX,
     SEQ_KEY_PREFIX,
     SUMMARY_PENDING_PREFIX,
+    forgetting_key,
     pending_key,
     seq_key,
     summary_pending_key,
@@ -156,7 +157,17 @@ class Eraser:
                 seq=env.seq, attempts=attempt, memories=0,
             )  # fmt: skip
             await self.erasures.finish(tx.conn, subject.tenant, env.id)
+        if subject.scope == TENANT and self.redis is not None:
+            await asyncio.to_thread(self._clear_marker, subject.tenant, env.id)
         return claimed
+
+    def _clear_marker(self, tenant: str, event_id: str) -> None:
+        """The tenant's in-flight marker, if it still names this erase."""
+        assert self.redis is not None
+        key = forgetting_key(tenant)
+        marker = parse_marker(self.redis.get(key))
+        if marker is not None and marker[0] == event_id:
+            self.redis.delete(key)
 
     # -- Postgres ----------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Protocol
 
+from tulip_memory.erasures import DONE as DONE_ERASE
 from tulip_memory.erasures import Erasures
 from tulip_memory.ledger import EventLedger
 from tulip_memory.redaction import redact
@@ -32,8 +33,9 @@ from tulip_wire.events import (
     decode,
     decode_payload,
 )
-from tulip_wire.forget import subject_digest
+from tulip_wire.forget import parse_marker, subject_digest
 from tulip_wire.signing import ForgedEvent, Signer, forged_event_id
+from tulip_wire.topology import forgetting_key
 from tulip_workers.deadletters import (
     MAX_REASON_CHARS,
     UNKNOWN_TENANT,
@@ -545,7 +547,9 @@ class EventWorker(ABC):
         """In the event's write transaction: take the tenant's erase lock shared and
         say whether an erase of the event's subject (or tenant) made after the event
         drops it (then record it ``superseded``, with no key, and write nothing);
-        raise :class:`ErasureUnderWay` while a tenant erase runs."""
+        raise :class:`ErasureUnderWay` while a tenant erase published before the
+        event is not done (its marker in Redis says so before its tombstone exists)."""
+        marker = await self._forgetting(tenant)
         fence = await self.erasures.fence(conn, tenant, [subject_digest(env.key)])
         if fence.drops(env.ts):
             await self.ledger.claim(
@@ -553,9 +557,21 @@ class EventWorker(ABC):
                 attempts=1, memories=0, superseded=True,
             )  # fmt: skip
             return True
-        if fence.busy:
+        busy = fence.busy
+        if not busy and marker is not None and env.ts > marker[1]:
+            receipt = await self.erasures.get(conn, tenant, marker[0])
+            busy = receipt is None or receipt.state != DONE_ERASE
+        if busy:
             raise ErasureUnderWay(f"event {env.id} waits for an erase of tenant {tenant}")
         return False
+
+    async def _forgetting(self, tenant: str) -> tuple[str, float] | None:
+        """The tenant's erase in flight, as its Redis marker names it (None without one,
+        or without Redis)."""
+        client = None if self.eraser is None else self.eraser.redis
+        if client is None:
+            return None
+        return parse_marker(await asyncio.to_thread(client.get, forgetting_key(tenant)))
 
     async def _drop_claim(self, env: Envelope) -> None:
         """The claim check of an event an erase dropped."""
