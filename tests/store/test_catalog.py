@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.catalog import catalog, dump, fresh_database, load
 from tests.support.services import APP_ROLE, Postgres
+from tulip_memory.erasures import TABLE as ERASURES
 from tulip_memory.ledger import TABLE as LEDGER
 from tulip_memory.store import PgMemory
 from tulip_ops.dev.embedded import run_async
@@ -29,6 +30,7 @@ MEMORIES = "public.memories"
 FAMILIES = {
     "memories": MEMORIES,
     "event_ledger": LEDGER,
+    "erasures": ERASURES,
     "dead_letters": LETTERS,
     "api_keys": KEYS,
 }
