@@ -151,6 +151,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     provision.set_defaults(run=_provision)
 
+    from tulip_ops.forget_cli import add_parser as add_forget
     from tulip_ops.graphs_cli import add_parser as add_graphs
     from tulip_ops.reindex_cli import add_parser as add_reindex
     from tulip_ops.reshard_cli import add_parser as add_reshard
@@ -160,6 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     add_graphs(sub)
     add_reshard(sub)
     add_threads(sub)
+    add_forget(sub)
 
     from tulip_ops.import_cli import add_parser as add_import
     from tulip_ops.keys_cli import add_parser as add_keys

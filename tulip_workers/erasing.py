@@ -169,6 +169,45 @@ class Eraser:
         if marker is not None and marker[0] == event_id:
             self.redis.delete(key)
 
+    async def count(self, subject: Subject) -> dict[str, int]:
+        """What an erase of ``subject`` would remove or blank now, per store (a dry
+        run: nothing is changed)."""
+        counts: dict[str, int] = {}
+        t = self.store.table
+        queries: dict[str, tuple[str, tuple[Any, ...]]] = {}
+        if subject.scope != THREAD:
+            queries["memories"] = self._where_memories(subject)
+            queries["turns"] = self._where_turns(subject)
+        queries["dead_letters"] = self._where_letters(subject)
+        if subject.scope != MESSAGES:
+            queries["ledger"] = self._where_ledger(subject)
+        tables = {
+            "memories": t, "turns": f"{t}_turns", "dead_letters": LETTERS, "ledger": LEDGER,
+        }  # fmt: skip
+        async with self.store.transaction(subject.tenant) as tx:
+            for store, (where, args) in queries.items():
+                stmt = f"SELECT count(*) FROM {tables[store]} WHERE {where}"
+                counts[store] = int(await tx.conn.fetchval(stmt, subject.tenant, *args))
+        counts["checkpoints"] = await self._count_checkpoints(subject)
+        return counts
+
+    async def _count_checkpoints(self, s: Subject) -> int:
+        threads = self.threads(s.tenant)
+        if threads is None or s.scope in (NAMESPACE, MESSAGES) or self.checkpoints is None:
+            return 0
+        if s.thread_id is not None:
+            names = ThreadKeys.of(s.thread_id)
+            singles = [names.head, SummaryStore.key(s.thread_id)]
+            singles += [names.name] if names.name else []
+            present = await threads.storage.read_objects(singles)
+            history = await threads.storage.list_all(names.log_prefix)
+            return len(history) + sum(1 for v in present.values() if v is not None)
+        part = tenant_part(s.tenant)
+        n = 0
+        for kind in (HEADS, LOG, NAMES, SUMMARIES):
+            n += len(await self.checkpoints.storage.list_all(f"{kind}{part}/"))
+        return n
+
     # -- Postgres ----------------------------------------------------------------
 
     def _counter(self, tenant: str, event_id: str) -> Callable[[Any, str, int], Awaitable[None]]:
@@ -249,20 +288,26 @@ class Eraser:
         where, args = self._where_turns(s)
         await self._delete(s, f"{self.store.table}_turns", where, args, "turns", count)
 
-    async def _letters(self, s: Subject, count: Any) -> None:
-        """Dead letters of the subject: body, reason and key blanked."""
+    def _where_letters(self, s: Subject) -> tuple[str, tuple[Any, ...]]:
         live = "(size > 0 OR key IS NOT NULL)"
-        args: tuple[Any, ...] = ()
         if s.scope == TENANT:
-            where = f"tenant = $1 AND {live}"
-        elif s.scope == MESSAGES:
+            return f"tenant = $1 AND {live}", ()
+        if s.scope == MESSAGES:
             where = (
                 f"tenant = $1 AND key = $2 AND {live} AND EXISTS (SELECT 1 FROM "
                 "unnest($3::text[]) AS i WHERE position(convert_to(i, 'UTF8') in raw) > 0)"
             )
-            args = (s.key, list(s.message_ids))
-        else:
-            where, args = f"tenant = $1 AND key = $2 AND {live}", (s.key,)
+            return where, (s.key, list(s.message_ids))
+        return f"tenant = $1 AND key = $2 AND {live}", (s.key,)
+
+    def _where_ledger(self, s: Subject) -> tuple[str, tuple[Any, ...]]:
+        if s.scope == TENANT:
+            return "tenant = $1 AND key <> ''", ()
+        return "tenant = $1 AND key = $2", (s.key,)
+
+    async def _letters(self, s: Subject, count: Any) -> None:
+        """Dead letters of the subject: body, reason and key blanked."""
+        where, args = self._where_letters(s)
         limit = f"${len(args) + 2}"
         stmt = render(
             f"""UPDATE {{l}} SET raw = ''::bytea, sha256 = '{_EMPTY_SHA256}', size = 0,
@@ -285,9 +330,7 @@ class Eraser:
         (so a rerun finds the rows whose claim checks may remain)."""
         if s.scope == MESSAGES:
             return  # the namespace's events stand; only some of their content went
-        where, args = "tenant = $1 AND key <> ''", tuple[Any, ...]()
-        if s.scope != TENANT:
-            where, args = "tenant = $1 AND key = $2", (s.key,)
+        where, args = self._where_ledger(s)
         select = f"SELECT event_id FROM {LEDGER} WHERE {where} LIMIT ${len(args) + 2}"
         blank = (
             f"UPDATE {LEDGER} SET key = '', reason = NULL "

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import time
 import uuid
 import zlib
@@ -24,6 +26,7 @@ import asyncpg
 
 from tests.pipeline.conftest import SHARDS, Pipeline
 from tests.pipeline.test_poison import sender
+from tests.support.workers import worker_env
 from tulip_memory.messages import Message, Role
 from tulip_memory.state import AgentState
 from tulip_ops.dev.embedded import run_async
@@ -290,3 +293,58 @@ async def _only_tenant(pipeline: Pipeline, tables: list[str], marker: str, tenan
             assert {r["tenant"] for r in owners} == {tenant}, (t, owners)
     finally:
         await conn.close()
+
+
+def _cli(pipeline: Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
+    env = worker_env(**pipeline.env())
+    return subprocess.run(
+        [sys.executable, "-m", "tulip_ops.cli", "forget", *args],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_forget_messages_namespace_and_thread_in_order_and_by_the_cli(
+    pipeline: Pipeline,
+) -> None:
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    maya = (tenant, "users", "maya")
+    marker = f"zq{uuid.uuid4().hex}"
+    k = _extract_shard(namespace_key(maya))
+    thread_shard = ShardRouter("memory.checkpoint", SHARDS).shard(f"{tenant}\x1fthread-x")
+    pipeline.workers.start_all(
+        [pipeline.shard(k, "extract"), pipeline.shard(thread_shard, "checkpoint")]
+    )
+    with pipeline.producer() as producer, pipeline.reader() as reader:
+        first = producer.session_ended(maya, "thread-1", _talk(marker, 3))
+        saved = producer.save_checkpoint("thread-x", _state(marker), tenant=tenant).event_id
+        assert _wait(reader, first, tenant).state == "applied"
+        assert _wait(reader, saved, tenant).state == "applied"
+
+        dry = _cli(pipeline, "--tenant", tenant, "--namespace", "users", "maya",
+                   "--messages", "u0", "--dry-run")  # fmt: skip
+        assert dry.returncode == 0, dry.stderr
+        assert "turns          1" in dry.stdout, dry.stdout
+        erase = producer.forget_messages(maya, ["u0"])
+        receipt = _wait(reader, erase, tenant)
+        assert receipt.state == "applied" and (receipt.erased or {}).get("turns") == 1, receipt
+        said = [h.text for h in reader.recall_turns(maya, marker, top_k=10)]
+        assert said and not any("secret 0" in t for t in said), said
+
+        thread = _cli(pipeline, "--tenant", tenant, "--thread", "thread-x")
+        assert thread.returncode == 0, thread.stderr
+        assert "checkpoints" in thread.stdout and "applied" in thread.stdout, thread.stdout
+        assert reader.load("thread-x", tenant=tenant) is None
+
+        # Published before the erase: applied, then erased. After it: applied.
+        before = producer.session_ended(maya, "thread-1", _talk(marker, 1))
+        erase = producer.forget(maya)
+        after = producer.session_ended(maya, "thread-1", [
+            Message(role=Role.USER, content="I moved to Porto.", metadata={"id": "n1"}),
+            Message(role=Role.ASSISTANT, content="Enjoy Porto.", metadata={"id": "n2"}),
+        ])  # fmt: skip
+        assert _wait(reader, before, tenant).state == "applied"
+        assert (_wait(reader, erase, tenant).erased or {}).get("turns", 0) >= 3
+        assert _wait(reader, after, tenant).state == "applied"
+        left = [h.text for h in reader.recall_turns(maya, "Porto secret", top_k=10)]
+        assert len(left) == 1 and "Porto" in left[0] and marker not in left[0], left
+    assert run_async(_rows_holding(pipeline.admin_url, marker)) == []
