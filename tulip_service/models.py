@@ -8,11 +8,13 @@ too, with the same reason. Messages are the JSON shape of
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tulip_wire.events import MAX_THREAD_ID_CHARS
+from tulip_wire.forget import MAX_MESSAGE_IDS
 
 #: The HTTP API's bounds on what travels in a URL: at their worst (every character a
 #: 4-byte one, percent-encoded) a query's namespace and text stay well under the 64 KiB
@@ -59,6 +61,29 @@ class SessionEnded(BaseModel):
     thread_id: str = Field(min_length=1, max_length=MAX_THREAD_ID_CHARS)
     messages: list[Message]
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Forget(BaseModel):
+    """An erase of your tenant's data, ordered with its other events: exactly one of
+    ``namespace`` (its memories and turns; with ``message_ids``, only the memories and
+    turns of those messages), ``thread_id`` (the thread's checkpoints, summary and
+    pending saves) or ``tenant: true`` (everything of the tenant)."""
+
+    model_config = _STRICT
+    namespace: list[Part] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=NAMESPACE_PARTS,
+        description="namespace parts; the first is the credential's tenant",
+    )
+    message_ids: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_MESSAGE_IDS,
+        description="with namespace: only what these messages said",
+    )
+    thread_id: str | None = Field(default=None, min_length=1, max_length=MAX_THREAD_ID_CHARS)
+    tenant: bool = Field(default=False, description="true: erase everything of your tenant")
 
 
 class AgentState(BaseModel):
@@ -133,6 +158,11 @@ class EventStatus(BaseModel):
     state: EventState
     reason: str | None = None
     memories: int | None = None
+    erased: dict[str, int] | None = Field(
+        default=None,
+        description="an erase's receipt: rows or objects removed per store (no content)",
+    )
+    erased_at: datetime | None = None
 
 
 class Health(BaseModel):

@@ -299,4 +299,35 @@ async def event_status(event_id: str, request: Request, who: Reader) -> models.E
         state=status.state,
         reason=status.reason,
         memories=status.memories,
+        erased=None if status.erased is None else dict(status.erased),
+        erased_at=status.erased_at,
     )
+
+
+@router.post("/forget", status_code=202, responses=responses(FOREIGN_NAMESPACE), tags=["events"])
+async def forget(
+    body: models.Forget, request: Request, response: Response, who: Writer
+) -> models.Accepted:
+    """Erase a namespace, some of its messages, a thread or the whole tenant from every
+    store, in order with its other events (``Producer.forget``, ``forget_messages``,
+    ``forget_thread``, ``forget_tenant``); the event's status carries the receipt."""
+    given = [f for f in ("namespace", "thread_id") if getattr(body, f) is not None]
+    given += ["tenant"] if body.tenant else []
+    if len(given) != 1 or (body.message_ids is not None and given != ["namespace"]):
+        errors = [_at(f) for f in given or ("namespace", "thread_id", "tenant")]
+        detail = "give exactly one of namespace, thread_id and tenant: true (message_ids "
+        raise Problem(INVALID_REQUEST, detail + "goes with namespace)", errors=errors)
+    producer = backend(request).producer
+    with refusals():
+        if body.thread_id is not None:
+            event_id = await producer.forget_thread(body.thread_id, tenant=who.tenant)
+        elif body.tenant:
+            event_id = await producer.forget_tenant(who.tenant)
+        else:
+            namespace = own_namespace(who, body.namespace or (), where="body")
+            if body.message_ids is not None:
+                event_id = await producer.forget_messages(namespace, body.message_ids)
+            else:
+                event_id = await producer.forget(namespace)
+    _accepted(response, event_id)
+    return models.Accepted(event_id=event_id)

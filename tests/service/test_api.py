@@ -30,7 +30,10 @@ def test_a_session_is_accepted_applied_and_recalled(stack: Stack, tenant: str) -
         assert response.headers["location"] == f"/v1/events/{event_id}"
         assert stack.wait_done(client, event_id) == "applied"
         status = client.get(f"/v1/events/{event_id}").json()
-        assert status == {"event_id": event_id, "state": "applied", "reason": None, "memories": 2}
+        assert status == {
+            "event_id": event_id, "state": "applied", "reason": None, "memories": 2,
+            "erased": None, "erased_at": None,
+        }  # fmt: skip
         found = client.get("/v1/memories", params={"namespace": ns, "q": "colour"}).json()
         keys = {m["key"]: m["content"] for m in found["memories"]}
         assert keys["favourite-colour"] == "The user's favourite colour is teal."
@@ -100,3 +103,36 @@ def test_health_readiness_metrics_and_the_document(stack: Stack) -> None:
     metrics = httpx.get(f"{stack.url}/metrics").text
     assert 'tulip_http_requests_total{method="GET",route="/healthz",status="200"}' in metrics
     assert "tulip_http_request_seconds_bucket" in metrics
+
+
+def test_forget_erases_a_namespace_and_a_thread_of_the_callers_tenant(
+    stack: Stack, tenant: str
+) -> None:
+    ns = [tenant, "users", "u9"]
+    with stack.client(stack.key(tenant)) as client:
+        sent = client.post(
+            "/v1/sessions",
+            json={"namespace": ns, "thread_id": "t-9", "messages": session("I work as a pilot.")},
+        ).json()["event_id"]
+        saved = client.post(
+            "/v1/threads/t-9/checkpoints",
+            json={"state": {"messages": [{"role": "user", "content": "I fly planes."}]}},
+        ).json()["event_id"]
+        assert stack.wait_done(client, sent) == stack.wait_done(client, saved) == "applied"
+        foreign = client.post("/v1/forget", json={"namespace": ["other", "users", "u9"]})
+        assert problem(foreign, 403, "foreign-namespace")
+        both = client.post("/v1/forget", json={"namespace": ns, "thread_id": "t-9"})
+        assert problem(both, 422, "invalid-request")
+        erases = [
+            client.post("/v1/forget", json=body)
+            for body in ({"namespace": ns}, {"thread_id": "t-9"})
+        ]
+        assert [r.status_code for r in erases] == [202, 202], [r.text for r in erases]
+        for r in erases:
+            event_id = r.json()["event_id"]
+            assert stack.wait_done(client, event_id) == "applied"
+            status = client.get(f"/v1/events/{event_id}").json()
+            assert status["erased"] and status["erased_at"], status
+        found = client.get("/v1/memories", params={"namespace": ns, "q": "pilot"}).json()
+        assert found == {"memories": []}
+        assert client.get("/v1/threads/t-9").status_code == 404
