@@ -155,6 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     from tulip_ops.graphs_cli import add_parser as add_graphs
     from tulip_ops.reindex_cli import add_parser as add_reindex
     from tulip_ops.reshard_cli import add_parser as add_reshard
+    from tulip_ops.retention_cli import add_parser as add_retention
     from tulip_ops.threads_cli import add_parser as add_threads
 
     add_reindex(sub)
@@ -162,6 +163,7 @@ def _parser() -> argparse.ArgumentParser:
     add_reshard(sub)
     add_threads(sub)
     add_forget(sub)
+    add_retention(sub)
 
     from tulip_ops.import_cli import add_parser as add_import
     from tulip_ops.keys_cli import add_parser as add_keys

@@ -134,7 +134,19 @@ class PipelineCollector(Collector):
         spool = GaugeMetricFamily(
             "tulip_producer_spool_depth", "Events in a producer's spool", labels=["producer"]
         )
+        removed = CounterMetricFamily(
+            "tulip_retention_removed", "Rows and threads retention removed", labels=["kind"]
+        )
+        last = GaugeMetricFamily(
+            "tulip_retention_last_run_timestamp_seconds", "When a retention run last finished"
+        )
         try:
+            for name, value in self.redis.hgetall(topology.RETENTION_TALLY_KEY).items():
+                key = name.decode() if isinstance(name, bytes) else str(name)
+                if key == "last_run":
+                    last.add_metric([], float(value))
+                else:
+                    removed.add_metric([key], float(value))
             for kind, count in DeadLetterTally(self.redis).counts().items():
                 dead.add_metric([kind], count)
             inflight.add_metric([], _live_leases(self.redis, f"{topology.SEMAPHORE_PREFIX}llm"))
@@ -149,7 +161,7 @@ class PipelineCollector(Collector):
             log.warning("redis: %s", e)
             return
         limit.add_metric([], self.llm_limit)
-        yield from (dead, inflight, limit, spool, outcomes, latency)
+        yield from (dead, inflight, limit, spool, outcomes, latency, removed, last)
 
 
 def _version() -> str:

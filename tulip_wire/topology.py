@@ -47,6 +47,7 @@ PARKED_INDEX_PREFIX = "tulip:parked-keys:"  # per shard queue: parked keys -> ho
 UNPARKING_PREFIX = "tulip:unparking:"  # per shard queue: key -> digest of its unparked message
 QUOTA_KEY_PREFIX = "tulip:quota:"  # per tenant: its publish token bucket
 FAIR_KEY_PREFIX = "tulip:fair:"  # per semaphore: tenants waiting, and when each last asked
+RETENTION_TALLY_KEY = "tulip:retention"  # hash: rows removed by retention per kind, last run
 FORGETTING_PREFIX = "tulip:forgetting:"  # per tenant: its erase published, not yet done
 
 #: An ordering key (or tenant) longer than this many UTF-8 bytes is named by its digest

@@ -18,6 +18,7 @@ from tests.support.catalog import catalog, dump, fresh_database, load
 from tests.support.services import APP_ROLE, Postgres
 from tulip_memory.erasures import TABLE as ERASURES
 from tulip_memory.ledger import TABLE as LEDGER
+from tulip_memory.retention import TABLE as RETENTION
 from tulip_memory.store import PgMemory
 from tulip_ops.dev.embedded import run_async
 from tulip_ops.provision import provision
@@ -31,6 +32,7 @@ FAMILIES = {
     "memories": MEMORIES,
     "event_ledger": LEDGER,
     "erasures": ERASURES,
+    "retention": RETENTION,
     "dead_letters": LETTERS,
     "api_keys": KEYS,
 }

@@ -97,10 +97,12 @@ async def provision_app_role(
         await conn.close()
     from tulip_memory.erasures import Erasures
     from tulip_memory.ledger import EventLedger
+    from tulip_memory.retention import Retention
 
     async with as_owner(admin_dsn) as owner:
         await EventLedger().migrate(owner)
         await Erasures().migrate(owner)
+        await Retention().migrate(owner)
     return dsn_for_role(admin_dsn, role, password)
 
 
