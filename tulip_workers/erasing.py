@@ -374,15 +374,18 @@ class Eraser:
             n = await self._thread(threads, s.tenant, s.thread_id)
             await self._count_now(s, count, "checkpoints", n)
             return
+        seen: set[str] = set()
         while True:  # a tenant: its threads page by page, then whatever is left
             started = time.perf_counter()
             page = await threads.list_threads_page(THREAD_PAGE)
+            fresh = [t for t in page.thread_ids if t not in seen]
+            if not fresh:  # none left (or only what would not go: the sweep takes it)
+                break
+            seen.update(fresh)
             n = 0
-            for thread in page.thread_ids:
+            for thread in fresh:
                 n += await self._thread(threads, s.tenant, thread)
             await self._count_now(s, count, "checkpoints", n)
-            if not page.thread_ids:
-                break
             await self._rest(time.perf_counter() - started)
         await self._count_now(s, count, "checkpoints", await self._sweep(s.tenant))
 
