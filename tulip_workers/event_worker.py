@@ -565,6 +565,19 @@ class EventWorker(ABC):
             raise ErasureUnderWay(f"event {env.id} waits for an erase of tenant {tenant}")
         return False
 
+    async def _erase_first(self, env: Envelope, tenant: str) -> None:
+        """Before an event's costly part (a model call): raise :class:`ErasureUnderWay`
+        while a tenant erase published before the event is not done, so a waiting
+        event does not call the model again at every retry. Its write transaction
+        checks again, under the lock (:meth:`_fenced`)."""
+        marker = await self._forgetting(tenant)
+        if marker is None or env.ts <= marker[1]:
+            return
+        async with self.store.transaction(tenant) as tx:
+            receipt = await self.erasures.get(tx.conn, tenant, marker[0])
+        if receipt is None or receipt.state != DONE_ERASE:
+            raise ErasureUnderWay(f"event {env.id} waits for an erase of tenant {tenant}")
+
     async def _forgetting(self, tenant: str) -> tuple[str, float] | None:
         """The tenant's erase in flight, as its Redis marker names it (None without one,
         or without Redis)."""

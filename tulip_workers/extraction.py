@@ -22,7 +22,14 @@ from tulip_memory.manager.block import strip_memory_blocks
 from tulip_memory.messages import Message, message_id
 from tulip_memory.store.postgres.store import TurnsIn
 from tulip_memory.times import TIME_FIELD, iso, parse_time, stated_time
-from tulip_wire.events import MEMORY_FORGET, SESSION_ENDED, Envelope, EventError, decode_messages
+from tulip_wire.events import (
+    MEMORY_FORGET,
+    SESSION_ENDED,
+    Envelope,
+    EventError,
+    decode_messages,
+    tenant_of_key,
+)
 from tulip_workers.event_worker import (
     APPLIED,
     DEAD,
@@ -67,6 +74,7 @@ class ExtractionWorker(EventWorker):
             return await self._forget(env, attempt)
         if env.type != SESSION_ENDED:
             raise EventError(f"a {env.type} event on an extraction queue", env.id)
+        await self._erase_first(env, tenant_of_key(env.key))
         read = ahead if isinstance(ahead, _Read) else await self._read_ahead(env)
         assert read is not None
         payload = read.payload
