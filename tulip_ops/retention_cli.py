@@ -52,9 +52,13 @@ def add_parser(sub: Any) -> None:
     )
     rsub = p.add_subparsers(title="retention commands", required=True)
     put = rsub.add_parser("set", help="set a tenant's policy (unset kinds are kept forever)")
-    put.add_argument("--tenant", required=True)
+    put.add_argument("--tenant", required=True, help="the tenant (namespace[0])")
     for kind in KINDS:
-        put.add_argument(f"--{kind.replace('_', '-')}", type=int, metavar="N", dest=kind)
+        what = kind.removesuffix("_days").replace("_", " ")
+        put.add_argument(
+            f"--{kind.replace('_', '-')}", type=int, metavar="N", dest=kind,
+            help=f"keep {what} N days (left out: kept forever)",
+        )  # fmt: skip
     put.set_defaults(run=run_set)
     show = rsub.add_parser("show", help="every tenant's policy")
     show.set_defaults(run=run_show)

@@ -59,7 +59,7 @@ def test_no_endpoint_lets_one_tenant_reach_another(stack: Stack) -> None:
         for event_id in (event_b, saved["event_id"]):
             status = intruder.get(f"/v1/events/{event_id}").json()
             assert status == {"event_id": event_id, "state": "unknown", "reason": None,
-                              "memories": None}  # fmt: skip
+                              "memories": None, "erased": None, "erased_at": None}  # fmt: skip
         # A's own save of the same thread id is A's thread, and B's is untouched.
         mine = intruder.post(
             f"/v1/threads/{thread}/checkpoints",
