@@ -208,9 +208,9 @@ def test_forget_tenant_reaches_every_store_in_order_through_a_sigkill(
             producer.session_ended(maya, "thread-1", _talk(marker, 20)),
             producer.session_ended(bob, "thread-3", _talk(marker, 3)),
             producer.session_ended(other, "thread-1", _talk(marker, 3)),
-            producer.save_checkpoint("thread-1", _state(marker), tenant=acme).event_id,
-            producer.save_checkpoint("thread-1", _state(marker + " 2"), tenant=acme).event_id,
-            producer.save_checkpoint("thread-1", _state(marker), tenant=globex).event_id,
+            producer.checkpoint_saved("thread-1", _state(marker), tenant=acme).event_id,
+            producer.checkpoint_saved("thread-1", _state(marker + " 2"), tenant=acme).event_id,
+            producer.checkpoint_saved("thread-1", _state(marker), tenant=globex).event_id,
         ]
         letter = _dead_letter(pipeline, acme, marker)
         for event_id in before[:2] + before[3:5]:
@@ -224,7 +224,7 @@ def test_forget_tenant_reaches_every_store_in_order_through_a_sigkill(
         after_session = producer.session_ended(maya, "thread-1", [
             Message(role=Role.USER, content="I moved to Porto.", metadata={"id": "n1"})
         ])  # fmt: skip
-        after_save = producer.save_checkpoint("thread-1", _state("Porto"), tenant=acme).event_id
+        after_save = producer.checkpoint_saved("thread-1", _state("Porto"), tenant=acme).event_id
 
         # SIGKILL the worker running the erase once it has erased some of it.
         deadline = time.monotonic() + 60
@@ -316,7 +316,7 @@ def test_forget_messages_namespace_and_thread_in_order_and_by_the_cli(
     )
     with pipeline.producer() as producer, pipeline.reader() as reader:
         first = producer.session_ended(maya, "thread-1", _talk(marker, 3))
-        saved = producer.save_checkpoint("thread-x", _state(marker), tenant=tenant).event_id
+        saved = producer.checkpoint_saved("thread-x", _state(marker), tenant=tenant).event_id
         assert _wait(reader, first, tenant).state == "applied"
         assert _wait(reader, saved, tenant).state == "applied"
 
