@@ -41,12 +41,10 @@ import importlib
 import json
 import os
 import random
-import shutil
 import sqlite3
 import statistics
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +116,36 @@ def conversation(path: Path) -> list[AnyMessage]:
     return out
 
 
+#: Turns per conversation of the generated replay: LoCoMo's ten conversations' sizes
+#: (5,882 turns in all).
+LOCOMO_SIZES = (419, 369, 663, 629, 680, 675, 689, 681, 589, 488)
+_SYLLABLES = [a + b for a in "kmrtnpvdlsh" for b in "aeiou"]
+
+
+def generated(count: int, seed: int = 11) -> list[list[AnyMessage]]:
+    """``count`` LoCoMo-like conversations made here (no data set read): two speakers
+    taking turns in sessions of about 20, each turn 4 to 40 words (LoCoMo's utterances
+    average about 25) drawn Zipf-like from a 3,000-word vocabulary, so text compresses
+    about as chat does."""
+    rng = random.Random(seed)
+    vocab = sorted({"".join(rng.choices(_SYLLABLES, k=rng.randint(1, 4))) for _ in range(6000)})[
+        :3000
+    ]
+    rng.shuffle(vocab)
+    weights = [1 / (i + 1) for i in range(len(vocab))]
+    out: list[list[AnyMessage]] = []
+    for c in range(count):
+        speakers = (f"Speaker{c}a", f"Speaker{c}b")
+        turns: list[AnyMessage] = []
+        for i in range(LOCOMO_SIZES[c % len(LOCOMO_SIZES)]):
+            words = rng.choices(vocab, weights, k=max(4, min(40, int(rng.gauss(24, 9)))))
+            text = " ".join(words).capitalize() + rng.choice(".?!")
+            kind = HumanMessage if i % 2 == 0 else AIMessage
+            turns.append(kind(text, name=speakers[i % 2], id=f"D{i // 20 + 1}:{i % 20 + 1}"))
+        out.append(turns)
+    return out
+
+
 def replay_graph(turns: list[AnyMessage], saver: BaseCheckpointSaver[Any]) -> Any:
     def speak(state: Replay) -> dict[str, Any]:
         i = state.get("turn", 0)
@@ -142,40 +170,62 @@ class SaverRow:
     latest_p50: float = float("nan")
     old_p50: float = float("nan")
     note: str = ""
+    #: Latest ``get_tuple`` p50 of each repeat of the read phase.
+    latest_rounds: list[float] = field(default_factory=list)
 
 
-def run_saver(
-    name: str,
-    saver: BaseCheckpointSaver[Any],
-    conversations: Sequence[list[AnyMessage]],
-    loads: int,
-    at_rest: Callable[[], int],
-) -> SaverRow:
-    timings = Timings()
-    timed = Timed(saver, timings)
-    rng = random.Random(7)
-    for turns in conversations:
+@dataclass
+class Contender:
+    """A saver under test, the threads it replayed (each with its checkpoint ids,
+    newest first) and its timings."""
+
+    name: str
+    saver: BaseCheckpointSaver[Any]
+    at_rest: Callable[[], int]
+    timings: Timings = field(default_factory=Timings)
+    threads: list[tuple[RunnableConfig, list[str]]] = field(default_factory=list)
+
+
+def replay(contender: Contender, conversations: Sequence[list[AnyMessage]]) -> None:
+    """Every conversation through ``contender``'s saver, each put timed."""
+    timed = Timed(contender.saver, contender.timings)
+    for i, turns in enumerate(conversations):
         config: RunnableConfig = {
-            "configurable": {"thread_id": f"locomo-{uuid.uuid4().hex[:8]}"},
+            "configurable": {"thread_id": f"locomo-{i}"},
             "recursion_limit": len(turns) + 10,
         }
         replay_graph(turns, timed).invoke({"messages": [], "turn": 0}, config, durability="sync")
         thread: RunnableConfig = {"configurable": {**config["configurable"], "checkpoint_ns": ""}}
-        ids = [t.config["configurable"]["checkpoint_id"] for t in saver.list(thread)]
-        for _ in range(loads):
-            timings.latest.append(_ms(saver.get_tuple, thread))
-            old = rng.choice(ids[len(ids) // 10 :])  # any but the newest tenth
-            at: RunnableConfig = {"configurable": {**thread["configurable"], "checkpoint_id": old}}
-            timings.old.append(_ms(saver.get_tuple, at))
-        print(f"  {name}: {len(turns)} turns, {len(ids)} checkpoints", flush=True)
-    return SaverRow(
-        name,
-        len(timings.puts),
-        at_rest(),
-        statistics.median(timings.puts),
-        statistics.median(timings.latest),
-        statistics.median(timings.old),
-    )
+        ids = [t.config["configurable"]["checkpoint_id"] for t in contender.saver.list(thread)]
+        contender.threads.append((thread, ids))
+        print(f"  {contender.name}: {len(turns)} turns, {len(ids)} checkpoints", flush=True)
+
+
+def read_rounds(contenders: Sequence[Contender], loads: int, repeats: int) -> list[list[float]]:
+    """``get_tuple`` of the latest and of an old checkpoint (the same position of the
+    thread for every saver), interleaved call by call across the savers in a rotating
+    order, so that the load of the machine falls on all of them alike; ``repeats``
+    times over. Returns each repeat's latest p50 per saver."""
+    rng = random.Random(7)
+    rounds: list[list[float]] = []
+    for _ in range(repeats):
+        latest: list[list[float]] = [[] for _ in contenders]
+        for t in range(len(contenders[0].threads)):
+            for k in range(loads):
+                n = len(contenders[0].threads[t][1])
+                pick = rng.randrange(0, n - n // 10)  # any but the newest tenth
+                for j in range(len(contenders)):
+                    c = (j + k) % len(contenders)
+                    thread, ids = contenders[c].threads[t]
+                    ms = _ms(contenders[c].saver.get_tuple, thread)
+                    latest[c].append(ms)
+                    contenders[c].timings.latest.append(ms)
+                    at: RunnableConfig = {
+                        "configurable": {**thread["configurable"], "checkpoint_id": ids[pick]}
+                    }
+                    contenders[c].timings.old.append(_ms(contenders[c].saver.get_tuple, at))
+        rounds.append([statistics.median(x) for x in latest])
+    return rounds
 
 
 def _ms(call: Callable[[RunnableConfig], Any], config: RunnableConfig) -> float:
@@ -208,118 +258,125 @@ def postgres_dsn() -> Iterator[str]:
             server.stop()
 
 
+SAVERS = ("file", "s3", "postgres", "sqlite", "redis")
+
+
 def savers(args: argparse.Namespace, conversations: list[list[AnyMessage]]) -> list[SaverRow]:
+    """Every saver of ``args.savers`` open at once: each replays the conversations,
+    then the read phase interleaves them (:func:`read_rounds`)."""
     rows: list[SaverRow] = []
-    tmp = Path(tempfile.mkdtemp(prefix="tulip-bench-lgsaver-"))
-    try:
-        directory = tmp / "threads"
-        with TulipSaver.from_url(f"file://{directory}") as saver:
+    contenders: list[Contender] = []
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tulip-bench-lg-")))
+        for kind in args.savers:
+            opened = _open(kind, stack, tmp)
+            if isinstance(opened, SaverRow):
+                rows.append(opened)
+            else:
+                contenders.append(opened)
+        for c in contenders:
+            replay(c, conversations)
+        rounds = read_rounds(contenders, args.loads, args.repeats) if contenders else []
+        for i, c in enumerate(contenders):
             rows.append(
-                run_saver(
-                    "TulipSaver file",
-                    saver,
-                    conversations,
-                    args.loads,
-                    lambda: _dir_bytes(directory),
+                SaverRow(
+                    c.name,
+                    len(c.timings.puts),
+                    c.at_rest(),
+                    statistics.median(c.timings.puts),
+                    statistics.median(c.timings.latest),
+                    statistics.median(c.timings.old),
+                    latest_rounds=[r[i] for r in rounds],
                 )
             )
-        for name, value in (("AWS_ACCESS_KEY_ID", "bench"), ("AWS_SECRET_ACCESS_KEY", "bench")):
-            os.environ.setdefault(name, value)  # moto's: any will do
-        with moto_server() as endpoint:
-            import boto3
-
-            client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-            client.create_bucket(Bucket="lg-threads")
-            with TulipSaver.from_url("s3://lg-threads/t", endpoint_url=endpoint) as saver:
-                rows.append(
-                    run_saver(
-                        "TulipSaver S3",
-                        saver,
-                        conversations,
-                        args.loads,
-                        lambda: _bucket_bytes(client, "lg-threads"),
-                    )
-                )
-        rows.append(_postgres(args, conversations))
-        rows.append(_sqlite(args, conversations, tmp / "lg.sqlite"))
-        rows.append(_redis(args, conversations, tmp))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return rows
+    order = {name: i for i, name in enumerate(NAMES[k] for k in SAVERS)}
+    return sorted(rows, key=lambda r: order[r.name])
 
 
-def _postgres(args: argparse.Namespace, conversations: list[list[AnyMessage]]) -> SaverRow:
+NAMES = {
+    "file": "TulipSaver file",
+    "s3": "TulipSaver S3",
+    "postgres": "PostgresSaver",
+    "sqlite": "SqliteSaver",
+    "redis": "RedisSaver",
+}
+
+
+def _open(kind: str, stack: contextlib.ExitStack, tmp: Path) -> Contender | SaverRow:
+    name = NAMES[kind]
+    if kind == "file":
+        directory = tmp / "threads"
+        saver = stack.enter_context(TulipSaver.from_url(f"file://{directory}"))
+        return Contender(name, saver, lambda: _dir_bytes(directory))
+    if kind == "s3":
+        for env, value in (("AWS_ACCESS_KEY_ID", "bench"), ("AWS_SECRET_ACCESS_KEY", "bench")):
+            os.environ.setdefault(env, value)  # moto's: any will do
+        endpoint = stack.enter_context(moto_server())
+        import boto3
+
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        client.create_bucket(Bucket="lg-threads")
+        saver = stack.enter_context(TulipSaver.from_url("s3://lg-threads/t", endpoint_url=endpoint))
+        return Contender(name, saver, lambda: _bucket_bytes(client, "lg-threads"))
     try:
-        mod = importlib.import_module("langgraph.checkpoint.postgres")
+        mod = importlib.import_module(f"langgraph.checkpoint.{kind}")
     except ImportError as e:
-        return SaverRow("PostgresSaver", note=f"not installed ({e})")
+        return SaverRow(name, note=f"not installed ({e})")
+    if kind == "postgres":
+        return _postgres(mod, stack)
+    if kind == "sqlite":
+        return _sqlite(mod, stack, tmp / "lg.sqlite")
+    return _redis(mod, stack, tmp)
+
+
+def _postgres(mod: Any, stack: contextlib.ExitStack) -> Contender:
     psycopg: Any = importlib.import_module("psycopg")  # the langgraph-bench extra's
+    dsn = stack.enter_context(postgres_dsn())
+    saver = stack.enter_context(mod.PostgresSaver.from_conn_string(dsn))
+    saver.setup()
 
-    with postgres_dsn() as dsn, mod.PostgresSaver.from_conn_string(dsn) as saver:
-        saver.setup()
+    def size() -> int:
+        with psycopg.connect(dsn) as conn:
+            sql = "SELECT sum(pg_total_relation_size(c)) FROM unnest(%s::regclass[]) c"
+            tables = ["checkpoints", "checkpoint_blobs", "checkpoint_writes"]
+            return int(conn.execute(sql, (tables,)).fetchone()[0])
 
-        def size() -> int:
-            with psycopg.connect(dsn) as conn:
-                sql = "SELECT sum(pg_total_relation_size(c)) FROM unnest(%s::regclass[]) c"
-                tables = ["checkpoints", "checkpoint_blobs", "checkpoint_writes"]
-                return int(conn.execute(sql, (tables,)).fetchone()[0])
-
-        return run_saver("PostgresSaver", saver, conversations, args.loads, size)
+    return Contender("PostgresSaver", saver, size)
 
 
-def _sqlite(
-    args: argparse.Namespace, conversations: list[list[AnyMessage]], path: Path
-) -> SaverRow:
-    try:
-        mod = importlib.import_module("langgraph.checkpoint.sqlite")
-    except ImportError as e:
-        return SaverRow("SqliteSaver", note=f"not installed ({e})")
+def _sqlite(mod: Any, stack: contextlib.ExitStack, path: Path) -> Contender:
     conn = sqlite3.connect(path, check_same_thread=False)
-    try:
-        saver = mod.SqliteSaver(conn)
+    stack.callback(conn.close)
 
-        def size() -> int:
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+    def size() -> int:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
 
-        return run_saver("SqliteSaver", saver, conversations, args.loads, size)
-    finally:
-        conn.close()
+    return Contender("SqliteSaver", mod.SqliteSaver(conn), size)
 
 
-def _redis(args: argparse.Namespace, conversations: list[list[AnyMessage]], tmp: Path) -> SaverRow:
-    try:
-        mod = importlib.import_module("langgraph.checkpoint.redis")
-    except ImportError as e:
-        return SaverRow("RedisSaver", note=f"not installed ({e})")
+def _redis(mod: Any, stack: contextlib.ExitStack, tmp: Path) -> Contender | SaverRow:
     from tulip_ops.dev.embedded import EmbeddedRedis
 
     server = EmbeddedRedis(tmp / "redis").start()
+    stack.callback(server.stop)
     try:
-        with mod.RedisSaver.from_conn_string(server.url) as saver:
-            saver.setup()
-            import redis
-
-            client = redis.Redis.from_url(server.url)
-            base = int(client.info("memory")["used_memory"])
-            return run_saver(
-                "RedisSaver",
-                saver,
-                conversations,
-                args.loads,
-                lambda: int(client.info("memory")["used_memory"]) - base,
-            )
+        saver = stack.enter_context(mod.RedisSaver.from_conn_string(server.url))
+        saver.setup()
     except Exception as e:  # the modules it needs are not in the embedded Redis
         return SaverRow("RedisSaver", note=f"did not run on the embedded Redis: {str(e)[:90]}")
-    finally:
-        server.stop()
+    import redis
+
+    client = redis.Redis.from_url(server.url)
+    base = int(client.info("memory")["used_memory"])
+    return Contender("RedisSaver", saver, lambda: int(client.info("memory")["used_memory"]) - base)
 
 
-def report_savers(rows: list[SaverRow], conversations: list[list[AnyMessage]]) -> None:
+def report_savers(rows: list[SaverRow], conversations: list[list[AnyMessage]], source: str) -> None:
     turns = sum(len(c) for c in conversations)
     loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
-        f"\n{len(conversations)} LoCoMo conversations, {turns} turns, one super-step each"
+        f"\n{len(conversations)} {source} conversations, {turns} turns, one super-step each"
         f" (StateGraph, add_messages, durability=sync); {os.cpu_count()} cores,"
         f" load average {loadavg}"
     )
@@ -336,6 +393,9 @@ def report_savers(rows: list[SaverRow], conversations: list[list[AnyMessage]]) -
         if ref:
             line += f" {ref.at_rest / r.at_rest:9.1f}x {r.put_p50 / ref.put_p50:5.2f}x"
             line += f" {r.latest_p50 / ref.latest_p50:6.2f}x {r.old_p50 / ref.old_p50:5.2f}x"
+            pairs = zip(r.latest_rounds, ref.latest_rounds, strict=True)
+            each = (f"{a / b:.2f}x" for a, b in pairs)
+            line += "  latest per repeat: " + " ".join(each)
         print(line)
     print(
         "(ms; ratios: PostgresSaver's bytes over the row's, the row's times over PostgresSaver's)"
@@ -414,8 +474,15 @@ def stores(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--locomo", help="glob of LoCoMo conversation files (the saver part)")
+    parser.add_argument(
+        "--generated", action="store_true", help="the saver part on generated LoCoMo-like turns"
+    )
     parser.add_argument("--conversations", type=int, default=10)
     parser.add_argument("--loads", type=int, default=20, help="get_tuple calls per conversation")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats of the read phase")
+    parser.add_argument(
+        "--savers", default=",".join(SAVERS), help=f"comma-separated, of {','.join(SAVERS)}"
+    )
     parser.add_argument("--store", action="store_true", help="also the store part")
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--namespaces", type=int, default=1_000)
@@ -423,10 +490,17 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=40, help="per size class")
     parser.add_argument("--dim", type=int, default=256)
     args = parser.parse_args()
-    if args.locomo:
-        paths = sorted(Path(p) for p in glob.glob(args.locomo))[: args.conversations]
-        conversations = [conversation(p) for p in paths]
-        report_savers(savers(args, conversations), conversations)
+    args.savers = [s for s in args.savers.split(",") if s]
+    if unknown := set(args.savers) - set(SAVERS):
+        parser.error(f"unknown savers {sorted(unknown)}; pick from {SAVERS}")
+    if args.locomo or args.generated:
+        if args.locomo:
+            paths = sorted(Path(p) for p in glob.glob(args.locomo))[: args.conversations]
+            conversations = [conversation(p) for p in paths]
+        else:
+            conversations = generated(args.conversations)
+        source = "LoCoMo" if args.locomo else "generated LoCoMo-like"
+        report_savers(savers(args, conversations), conversations, source)
     if args.store:
         stores(args)
 

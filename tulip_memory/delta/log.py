@@ -49,6 +49,7 @@ from tulip_memory.delta.manifest import (
     decode_head_manifest,
     decode_head_state,
     decode_log_sized,
+    head_manifest_section,
     decode_state,
     encode_head_onto,
 )
@@ -136,6 +137,19 @@ class ThreadLog:
         known = entry.known_manifest if entry is not None else None
         return decode_head_manifest(self.keys.head, data, known)
 
+    def _written_state(self, data: bytes) -> dict[str, Any] | None:
+        """The latest state of head ``data`` from the cache, without decoding it, when
+        ``data`` is the head this process wrote last (its manifest section, which
+        names the state's digest, is those very bytes); None otherwise."""
+        entry = self.cache.peek(self.thread_id) if self.cache is not None else None
+        known = entry.known_manifest if entry is not None else None
+        if entry is None or known is None or head_manifest_section(self.keys.head, data) != known[0]:
+            return None
+        manifest = known[1]
+        if manifest.latest != entry.latest or manifest.head_digest != entry.state.digest:
+            return None
+        return entry.state.data
+
     async def head(self) -> Head | None:
         """The decoded head, None for a thread with no checkpoints."""
         data = await self._head_bytes()
@@ -160,7 +174,8 @@ class ThreadLog:
             if data is None:
                 return None
             if checkpoint_id is None:
-                return decode_head_state(self.keys.head, data)
+                written = self._written_state(data) if shared else None
+                return written if written is not None else decode_head_state(self.keys.head, data)
             manifest, state = self._decode_head(data)
             seq = manifest.seq_of(checkpoint_id)
             if seq is None:
@@ -185,6 +200,7 @@ class ThreadLog:
             if data is None:
                 return [], {}
             manifest, state = self._decode_head(data)
+            written = self._written_state(data)
             found: dict[str | None, dict[str, Any]] = {}
             try:
                 for cid in dict.fromkeys(checkpoint_ids):
@@ -193,11 +209,10 @@ class ThreadLog:
                     if seq is None:
                         continue
                     latest = manifest.latest is not None and manifest.latest[0] == seq
-                    found[cid] = (
-                        decode_state(self.keys.head, state)
-                        if latest
-                        else await self._rebuild(manifest, seq, True)
-                    )
+                    if latest:
+                        found[cid] = written or decode_state(self.keys.head, state)
+                    else:
+                        found[cid] = await self._rebuild(manifest, seq, True)
             except _Missing as e:
                 missing = e.key
                 continue

@@ -359,6 +359,11 @@ def decode_head_manifest(
     return manifest, state
 
 
+def head_manifest_section(key: str, data: bytes) -> bytes:
+    """The still-compressed manifest section of a head object."""
+    return _head_sections(key, data)[0]
+
+
 def decode_head_state(key: str, data: bytes) -> dict[str, Any]:
     """The latest state in a head object, without parsing the manifest."""
     return decode_state(key, _head_sections(key, data)[1])

@@ -80,9 +80,21 @@ def to_json(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
 
 
 def from_json(serde: SerializerProtocol, stored: Mapping[str, Any]) -> Any:
+    """The value :func:`to_json` stored, the caller's own (a stored document may be a
+    cached one, which LangGraph changing a checkpoint's versions in place must not
+    reach)."""
     if "json" in stored:
-        return stored["json"]
+        return _copied(stored["json"])
     return unpack(serde, stored["typed"])
+
+
+def _copied(value: Any) -> Any:
+    """A copy of parsed JSON sharing no dict or list with it."""
+    if type(value) is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_copied(v) for v in value]
+    return value
 
 
 def _same(parsed: Any, value: Any) -> bool:
