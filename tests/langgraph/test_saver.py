@@ -225,3 +225,25 @@ def _checkpoint(cid: str, values: dict[str, Any]) -> Any:
         "versions_seen": {},
         "updated_channels": None,
     }
+
+
+async def test_a_latest_read_is_the_stored_head_and_the_callers_own(
+    make_saver: SaverFactory,
+) -> None:
+    """The latest state comes from the writer's cache only while the stored head is the
+    one it wrote; what a read returns can be changed in place (LangGraph does) without
+    changing the next read."""
+    one, two = make_saver(), make_saver()
+    config: RunnableConfig = {"configurable": {"thread_id": "cached", "checkpoint_ns": ""}}
+    config = await one.aput(config, _checkpoint("0", {"a": 0}), {"step": 0}, {"a": 0})
+    first = await one.aget_tuple(config)
+    assert first is not None
+    first.checkpoint["channel_versions"]["a"] = 99
+    first.metadata["step"] = 99
+    again = await one.aget_tuple(config)
+    assert again is not None
+    assert again.checkpoint["channel_versions"]["a"] == 1 and again.metadata["step"] == 0
+
+    await two.aput(config, _checkpoint("1", {"a": 1}), {"step": 1}, {"a": 1})
+    latest = await one.aget_tuple({"configurable": {"thread_id": "cached"}})
+    assert latest is not None and latest.checkpoint["channel_values"] == {"a": 1}
