@@ -49,9 +49,9 @@ from tulip_memory.delta.manifest import (
     decode_head_manifest,
     decode_head_state,
     decode_log_sized,
-    head_manifest_section,
     decode_state,
     encode_head_onto,
+    head_manifest_section,
 )
 from tulip_memory.delta.models import CheckpointMetadata, DeltaCheckpoint
 from tulip_memory.delta.segments import Latest, encode
@@ -143,7 +143,9 @@ class ThreadLog:
         names the state's digest, is those very bytes); None otherwise."""
         entry = self.cache.peek(self.thread_id) if self.cache is not None else None
         known = entry.known_manifest if entry is not None else None
-        if entry is None or known is None or head_manifest_section(self.keys.head, data) != known[0]:
+        if entry is None or known is None:
+            return None
+        if head_manifest_section(self.keys.head, data) != known[0]:
             return None
         manifest = known[1]
         if manifest.latest != entry.latest or manifest.head_digest != entry.state.digest:
