@@ -67,7 +67,18 @@ def _marker(example: Example) -> re.Match[str]:
     return found
 
 
+def _is_readme_command(example: Example) -> bool:
+    """The README's two opening commands (the demo and the test suite, each installing a
+    virtualenv of its own) stand bare at its top; CI runs the second (.ci/run) and
+    ``tests/test_cli_dev.py`` the first's ``tulip-memory dev --demo``."""
+    text = str(example.parsed).strip()
+    return Path(example.path).name == "README.md" and text.startswith("python3 -m venv .venv")
+
+
 def _run_bash(example: Example) -> None:
+    if _is_readme_command(example):
+        example.namespace[LAST_RUN] = None
+        return
     found = _marker(example)
     if found.group(2) is not None:
         assert found.group(2) in SKIP_REASONS, (
@@ -172,3 +183,15 @@ def test_every_code_block_of_the_page_runs(
         example.evaluate()
         ran += 1
     assert ran == blocks, f"{page.name}: {blocks} code blocks, {ran} of them run"
+
+
+def test_the_readme_opens_with_the_demo_and_the_ci_command() -> None:
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```(\w*)\n(.*?)```", text, flags=re.S)
+    opening = text.split("\n## ", 1)[0]
+    assert opening.count("```") == 4  # exactly two blocks before the first section
+    (lang1, demo), (lang2, tests) = blocks[:2]
+    assert (lang1, lang2) == ("bash", "bash")
+    assert demo.strip().endswith("tulip-memory dev --demo")
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert tests.strip() == ci  # CI runs the README's test command, nothing cleverer
