@@ -16,10 +16,10 @@ import urllib.request
 from pathlib import Path
 
 import asyncpg
-import honcho.environ
 import psutil
 import redis
 
+from tests.docs.stack import read_env_file
 from tulip_memory.messages import Message, Role
 from tulip_memory.state import AgentState
 from tulip_producer import Producer, ProducerSettings, Reader
@@ -27,18 +27,6 @@ from tulip_wire.events import namespace_key
 from tulip_wire.routing import ShardRouter
 
 CLI = [sys.executable, "-m", "tulip_ops.cli"]
-
-
-def _read_env(path: Path, key: str, timeout: float = 120.0) -> dict[str, str]:
-    """``tulip.env`` read as ``honcho -e`` reads it, once it holds ``key``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            text = path.read_text()
-            if text.endswith("\n") and f"{key}=" in text:
-                return dict(honcho.environ.parse(text))
-        time.sleep(0.2)
-    raise AssertionError(f"{path} never held {key}")
 
 
 def _status(url: str, auth: tuple[str, str] | None = None) -> int:
@@ -58,7 +46,7 @@ def test_dev_serves_until_interrupted_leaves_nothing_behind_and_the_demo_passes_
 ) -> None:
     proc = subprocess.Popen([*CLI, "dev", "--data-dir", str(server_dir)], stdout=subprocess.PIPE)
     try:
-        env = _read_env(server_dir / "tulip.env", "TULIP_FLOWER_URL")
+        env = read_env_file(server_dir / "tulip.env", "TULIP_FLOWER_URL", proc, timeout=120)
         client = redis.Redis.from_url(env["TULIP_REDIS_URL"])
         assert client.ping()
         redis_pid = int(client.info()["process_id"])
@@ -147,7 +135,7 @@ def _start_dev(data: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     if (data / "tulip.env").exists():
         (data / "tulip.env").unlink()
     proc = subprocess.Popen([*CLI, "dev", "--data-dir", str(data)], stdout=subprocess.DEVNULL)
-    return proc, _read_env(data / "tulip.env", "TULIP_FLOWER_URL")
+    return proc, read_env_file(data / "tulip.env", "TULIP_FLOWER_URL", proc, timeout=120)
 
 
 def _stop_dev(proc: subprocess.Popen[bytes]) -> None:
