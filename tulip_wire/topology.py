@@ -49,6 +49,10 @@ QUOTA_KEY_PREFIX = "tulip:quota:"  # per tenant: its publish token bucket
 FAIR_KEY_PREFIX = "tulip:fair:"  # per semaphore: tenants waiting, and when each last asked
 RETENTION_TALLY_KEY = "tulip:retention"  # hash: rows removed by retention per kind, last run
 FORGETTING_PREFIX = "tulip:forgetting:"  # per tenant: its erase published, not yet done
+LEASE_PREFIX = "tulip:lease:"  # per shard queue: its owner's lease (token, owner), expiring
+FENCE_PREFIX = "tulip:fence:"  # per shard queue: the last fencing token given (never expires)
+STANDBY_PREFIX = "tulip:standby:"  # per shard queue: standby workers -> until when (ms)
+MEMBERS_PREFIX = "tulip:members:"  # per ordered role: claim-pool members -> until when (ms)
 
 #: An ordering key (or tenant) longer than this many UTF-8 bytes is named by its digest
 #: inside Redis key names, so a key name's size is bounded whatever the namespace.
@@ -99,6 +103,26 @@ def parked_index_key(queue: str) -> str:
 def unparking_key(queue: str) -> str:
     """The hash of ``queue``'s messages taken back from parking, not yet consumed."""
     return UNPARKING_PREFIX + queue
+
+
+def lease_key(queue: str) -> str:
+    """The lease of ``queue``'s owner (hash: ``token``, ``owner``; expires unless renewed)."""
+    return LEASE_PREFIX + queue
+
+
+def fence_key(queue: str) -> str:
+    """The counter of ``queue``'s fencing tokens (one more at every takeover)."""
+    return FENCE_PREFIX + queue
+
+
+def standby_key(queue: str) -> str:
+    """The sorted set of ``queue``'s standby workers (score: until when, ms)."""
+    return STANDBY_PREFIX + queue
+
+
+def members_key(role: str) -> str:
+    """The sorted set of ``role``'s claim-pool members (score: until when, ms)."""
+    return MEMBERS_PREFIX + role
 
 
 def quota_key(tenant: str) -> str:

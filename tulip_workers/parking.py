@@ -61,7 +61,7 @@ from tulip_wire.topology import (
     parked_key,
     unparking_key,
 )
-from tulip_workers import reliable_redis
+from tulip_workers import fencing, reliable_redis
 from tulip_workers.keyed import BUFFER_PER_SLOT, MAX_KEY_PARSE_BYTES, envelope_key
 from tulip_workers.reliable_redis import Unparked, delivering_key
 
@@ -164,6 +164,8 @@ class QueueParking:
         self._queue_list = prefix + queue
         self._park = client.register_script(_PARK)
         self._unpark = client.register_script(_UNPARK)
+        self._park_fenced = client.register_script(fencing.guarded(_PARK))
+        self._unpark_fenced = client.register_script(fencing.guarded(_UNPARK))
         self._lock = threading.Lock()
         self._asked = threading.Condition(self._lock)
         #: Messages parked per key, and the tag of each key's message on its way back.
@@ -244,12 +246,19 @@ class QueueParking:
         digest = hashlib.sha1(item, usedforsecurity=False).hexdigest()
         parked = parked_key(self.queue, key)
         keys = [self._delivering, self._prefix + parked, self._index]
-        n = int(self._park(keys=keys, args=[digest, key]))
+        n = int(self._script(self._park, self._park_fenced, keys, [digest, key]))
         if n == 0:  # no longer on the delivering list (put back meanwhile): deliver
             return False
         self._parked_locked(key, n)
         self.parks += 1
         return True
+
+    def _script(self, plain: Any, fenced: Any, keys: list[str], args: list[str]) -> Any:
+        """``fenced`` while this process holds the queue's lease (the worker's case),
+        ``plain`` without one."""
+        if fencing.fence_of(self.queue) is None:
+            return plain(keys=keys, args=args)
+        return fencing.run(fenced, self.queue, keys, args)
 
     def _parked_locked(self, key: str, n: int) -> None:
         tenant = tenant_of_key(key)
@@ -318,7 +327,8 @@ class QueueParking:
     def _take_back_locked(self, key: str) -> None:
         keys = [self._prefix + parked_key(self.queue, key), self._index, self._record]
         try:
-            tag, left = self._unpark(keys=[*keys, self._queue_list], args=[key])
+            keys.append(self._queue_list)
+            tag, left = self._script(self._unpark, self._unpark_fenced, keys, [key])
         except redis.RedisError as e:
             log.warning("could not take back a parked message of %s (%s)", self.queue, e)
             return  # the next sweep tries again

@@ -49,7 +49,7 @@ from tulip_memory.credentials import redact_url
 from tulip_wire.endpoints import redis_client
 from tulip_wire.scripts import lua
 from tulip_wire.topology import DEATHS_PREFIX, is_ordered_queue
-from tulip_workers import reliable_redis
+from tulip_workers import fencing, reliable_redis
 from tulip_workers.parking import parking
 from tulip_workers.reliable_redis import delivering_key
 
@@ -62,6 +62,7 @@ DEATHS_TTL = 7 * 24 * 3600
 _Raw = bytes | str
 
 logger = logging.getLogger(__name__)
+_RESTORE = lua(__file__, "restore_unacked.lua")
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,9 @@ class _Move:
     payload: str
 
 
-def restore_unacked(connection_or_channel: Any, queues: Iterable[str]) -> int:
+def restore_unacked(
+    connection_or_channel: Any, queues: Iterable[str], fence: fencing.Fence | None = None
+) -> int:
     """Move every unacked message of ``queues`` back to the head of its queue.
 
     Takes a kombu ``Connection`` or Redis ``Channel``. Messages go back oldest first
@@ -84,8 +87,9 @@ def restore_unacked(connection_or_channel: Any, queues: Iterable[str]) -> int:
     :mod:`tulip_workers.reliable_redis`). Messages that could
     also belong to a queue not in ``queues`` are left alone. Returns how many moved.
 
-    Only safe when nobody else consumes ``queues`` right now (true of a shard worker
-    at start-up): a live consumer's in-flight message would be delivered twice.
+    Only safe when nobody else consumes ``queues`` right now: a shard worker holding
+    their lease (``fence``: the restore runs only while the lease carries its token,
+    :mod:`tulip_workers.fencing`), or one that is their only consumer by deployment.
     """
     channel = _redis_channel(connection_or_channel)
     if not channel.ack_emulation:
@@ -97,10 +101,12 @@ def restore_unacked(connection_or_channel: Any, queues: Iterable[str]) -> int:
     own = sorted(set(queues))
     moves = _plan(channel, entries, frozenset(queues))
     lists = [key for q in own for key in (delivering_key(prefix, q), _queue_key(channel, q, {}))]
-    script = client.register_script(lua(__file__, "restore_unacked.lua"))
     keys = [hash_key, index_key, *(m.queue_key for m in moves), *lists]
-    args = [value for m in moves for value in (m.tag, m.entry, m.payload)]
-    return int(script(keys=keys, args=[*args, len(own)]))
+    args = [*(value for m in moves for value in (m.tag, m.entry, m.payload)), len(own)]
+    if fence is not None:
+        script = client.register_script(fencing.guarded(_RESTORE))
+        return int(script(keys=[*keys, fence.key], args=[*args, fence.token]))
+    return int(client.register_script(_RESTORE)(keys=keys, args=args))
 
 
 @contextmanager
@@ -198,14 +204,28 @@ def connect_loudly(connection: Any, max_retries: int | None) -> None:
     connection.ensure_connection(errback=failed, max_retries=max_retries, **_CONNECT_INTERVALS)
 
 
-def install(app: Celery) -> None:
+def install(app: Celery, *, leases: bool = True) -> None:
     """Before each worker of ``app`` consumes, restore its shard queues' unacked messages;
     and consume shard queues so that none is lost between pop and unacked write
-    (:mod:`tulip_workers.reliable_redis`, installed for the process)."""
+    (:mod:`tulip_workers.reliable_redis`, installed for the process).
+
+    With ``leases`` (the workers' case) a worker consumes a shard queue on Redis only
+    once it holds its lease, and restores it then (:mod:`tulip_workers.lease`);
+    without, it restores its shard queues at start, as their only consumer."""
     reliable_redis.install()
+    if leases:
+        from tulip_workers.lease import install as install_leases
+
+        install_leases(app)
 
     def restore_before_consuming(instance: Any = None, **_: Any) -> None:
-        if instance is not None and instance.app is app:
+        if instance is None or instance.app is not app:
+            return
+        if leases:
+            from tulip_workers.lease import defer
+
+            defer(app, instance)
+        else:
             restore_for_worker(app, instance.app.amqp.queues.consume_from)
 
     signals.celeryd_after_setup.connect(

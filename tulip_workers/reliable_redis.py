@@ -56,6 +56,7 @@ from redis.commands.core import Script
 
 from tulip_wire.scripts import lua
 from tulip_wire.topology import DELIVERING_PREFIX, is_ordered_queue
+from tulip_workers import fencing
 
 #: The URL schemes whose transport this module replaces in a worker process.
 SCHEMES = ("redis", "rediss", "sentinel")
@@ -63,6 +64,10 @@ SCHEMES = ("redis", "rediss", "sentinel")
 log = logging.getLogger(__name__)
 #: Records a delivering list's item as unacked and takes it off the list, by its digest.
 _RECORD = lua(__file__, "unacked_from_delivering.lua")
+#: A leased queue's consume, ack and put-back (behind the lease's fence).
+_CONSUME = fencing.guarded(lua(__file__, "consume.lua"))
+_ACK = fencing.guarded(lua(__file__, "ack.lua"))
+_RETURN = fencing.guarded(lua(__file__, "return_delivering.lua"))
 
 
 def delivering_key(global_keyprefix: str, queue: str) -> str:
@@ -121,11 +126,35 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
         if (unparked := self.channel._unparked) is not None:
             keys.append(unparked.record)
             args += [unparked.key, unparked.tag]
-        recorded = self.channel.record_unacked(keys=keys, args=args)
+        queue = self.channel._leased()
+        if queue is not None:
+            recorded = fencing.run(self.channel.fenced_scripts[0], queue, keys, args)
+        else:
+            recorded = self.channel.record_unacked(keys=keys, args=args)
         if not recorded:  # no longer on the list (put back meanwhile): kombu's own write
             super().append(message, delivery_tag)
             return
         virtual.QoS.append(self, message, delivery_tag)
+
+    def ack(self, delivery_tag: str) -> None:
+        """kombu's ack; on a leased queue only while the lease is this process's."""
+        queue = self.channel._leased()
+        if queue is None:
+            super().ack(delivery_tag)
+            return
+        prefix = self.channel.global_keyprefix
+        keys = [prefix + self.unacked_key, prefix + self.unacked_index_key]
+        fencing.run(self.channel.fenced_scripts[1], queue, keys, [delivery_tag])
+        virtual.QoS.ack(self, delivery_tag)
+
+    def restore_unacked(self, client: Any = None) -> None:
+        """kombu's put-back at a channel's close, but for a leased queue: its lease's
+        release puts them back, oldest first (:mod:`tulip_workers.lease`), and a fenced
+        process must not put them back at all."""
+        if self.channel._leased() is None:
+            super().restore_unacked(client)
+            return
+        self._delivered.clear()
 
 
 class Channel(kombu_redis.Channel):  # type: ignore[misc]
@@ -141,6 +170,9 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         self._orphans: str | None = None  # (queue) a reply was lost: put its list back
         self._asked = False  # whether this channel has asked for a message yet
         self._unparked: Unparked | None = None  # the message being delivered, if so
+        #: A leased queue: whether to ask for its head (else wait until it has one).
+        self._ready = True
+        self._consume_sha: str | None = None
 
     #: (pool, its client): kombu's own __init__ may ask for one before ours runs.
     _pooled: tuple[Any, Any] | None = None
@@ -162,6 +194,21 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         """``lua/unacked_from_delivering.lua`` on a client of the channel's pool that
         sends keys as given (kombu's own client prefixes only a script's first key)."""
         return redis.Redis(connection_pool=self.pool).register_script(_RECORD)
+
+    @cached_property
+    def fenced_scripts(self) -> tuple[Script, Script, Script]:
+        """The unacked write, the ack and the put-back of a leased queue, fenced."""
+        client = redis.Redis(connection_pool=self.pool)
+        record = fencing.guarded(_RECORD)
+        return tuple(client.register_script(s) for s in (record, _ACK, _RETURN))  # type: ignore[return-value]
+
+    def _leased(self) -> str | None:
+        """The lone ordered queue this channel consumes under a lease, if so."""
+        queues = list(self.active_queues)
+        if len(queues) != 1:
+            return None
+        queue = str(queues[0])
+        return queue if fencing.fence_of(queue) is not None else None
 
     def _take_moved(self) -> tuple[str, bytes] | None:
         moved, self._moved = self._moved, None
@@ -185,10 +232,24 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         source = self.global_keyprefix + self._q_for_pri(queue, self.priority_steps[0])
         target = delivering_key(self.global_keyprefix, queue)
         self._moving = (queue, target)
+        wait = self.brpop_timeout if timeout is None else timeout
+        fence = fencing.fence_of(queue)
+        if fence is not None and self._ready and self._consume_sha is None:
+            self._consume_sha = self.client.script_load(_CONSUME)
         self._in_poll = self.client.connection
         self._brpop_sent_at = monotonic()
-        wait = self.brpop_timeout if timeout is None else timeout
-        self.client.connection.send_command("BLMOVE", source, target, "RIGHT", "LEFT", wait or 0)
+        if fence is None:
+            self.client.connection.send_command(
+                "BLMOVE", source, target, "RIGHT", "LEFT", wait or 0
+            )
+        elif self._ready:  # the fenced consume: one script, never blocking
+            self.client.connection.send_command(
+                "EVALSHA", self._consume_sha, 3, source, target, fence.key, fence.token
+            )
+        else:  # wait for a head without taking it (a rotation onto the same end)
+            self.client.connection.send_command(
+                "BLMOVE", source, source, "RIGHT", "RIGHT", wait or 0
+            )
 
     def _on_connection_disconnect(self, connection: Any) -> None:
         """A connection dropped with a ``BLMOVE`` outstanding (kombu's health check
@@ -202,14 +263,19 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         """Put a lost reply's message back at the head of ``queue``, oldest first."""
         source = delivering_key(self.global_keyprefix, queue)
         target = self.global_keyprefix + self._q_for_pri(queue, self.priority_steps[0])
-        while self.client.lmove(source, target, "LEFT", "RIGHT") is not None:
-            pass
+        if fencing.fence_of(queue) is not None:
+            fencing.run(self.fenced_scripts[2], queue, [source, target], [], client=self.client)
+        else:
+            while self.client.lmove(source, target, "LEFT", "RIGHT") is not None:
+                pass
         self._orphans = None
 
     def _brpop_read(self, **options: Any) -> bool:
         if self._moving is None:
             return bool(super()._brpop_read(**options))
         queue, target = self._moving
+        fenced = fencing.fence_of(queue) is not None
+        waited = fenced and not self._ready
         try:
             try:
                 item = self.client.parse_response(self.client.connection, "BLMOVE", **options)
@@ -217,6 +283,14 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
                 self._orphans = queue
                 self.client.connection.disconnect()
                 raise
+            except redis.ResponseError as e:
+                if not fenced:
+                    raise
+                self._consumed_fenced(queue, e)
+            if fenced:
+                self._ready = item is not None
+                if waited:  # the queue has a head now (or the wait timed out): ask
+                    raise Empty()
             if item is None:
                 raise Empty()
             self._queue_cycle.rotate(queue)
@@ -225,6 +299,15 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         finally:
             self._in_poll = None
             self._flush_brpop_reauth()
+
+    def _consumed_fenced(self, queue: str, error: redis.ResponseError) -> None:
+        """A fenced consume's error reply: the lease lost (the process ends), or the
+        script gone from a restarted Redis (loaded again before the next ask)."""
+        if fencing.FENCED_REPLY in str(error):
+            fencing.lost(queue, "the consume was fenced")
+        self._consume_sha = None
+        self._ready = True
+        raise Empty() from error
 
     def _deliver_moved(self, queue: str, target: str, item: bytes) -> None:
         """Hand ``item`` to the consumer; if it fails before kombu recorded it as

@@ -80,6 +80,9 @@ def share(raw: str) -> float:
 #: Messages of one key a shard worker holds in its reservation; the rest of the key's
 #: backlog waits parked in Redis, in order (``tulip_workers.parking``); 0: no parking.
 KEY_RESERVATION = Var("TULIP_KEY_RESERVATION", 2, at_least_zero)
+#: How long a shard worker's lease on its queue lasts unless renewed (renewed every third
+#: of it); a standby takes over at most this long after the owner died.
+SHARD_LEASE_SECONDS = Var("TULIP_SHARD_LEASE_SECONDS", 10.0, seconds)
 #: The share of a worker's slots and of the LLM cap one tenant may hold (unset: all).
 TENANT_MAX_INFLIGHT = Var[float | None]("TULIP_TENANT_MAX_INFLIGHT", None, share)
 MAX_MEMORIES = Var("TULIP_MAX_MEMORIES", 50, positive)

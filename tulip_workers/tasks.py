@@ -24,6 +24,7 @@ from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED, TASKS, tenant_of_
 from tulip_wire.signing import Signer, signer_of
 from tulip_wire.tasksig import task_refusal
 from tulip_wire.topology import REINDEX_TASK, SUMMARIZE_TASK
+from tulip_workers import fencing
 from tulip_workers.app import app
 from tulip_workers.event_worker import DEAD, EventWorker
 from tulip_workers.fairshare import for_tenant
@@ -81,12 +82,12 @@ def _ordered(
     queue = info.get("routing_key")
     key = envelope_key(body, task_id)
     # A message that was running when a worker died runs alone: a second death is its own.
-    with (
-        rt.order(event_type).turn(task_id, key, exclusive=died > 0),
-        running(queue, task_id, rt.settings.redis_url),
-    ):
-        coro = worker(rt).handle_durably(body, request.id, queue, killed=killed)
-        outcome = rt.run(for_tenant(tenant_of_key(key), coro))
+    with rt.order(event_type).turn(task_id, key, exclusive=died > 0):
+        if not fencing.valid():  # a paused owner woken past its lease runs nothing more
+            fencing.lost(str(queue), "its lease lapsed before an event ran")
+        with running(queue, task_id, rt.settings.redis_url):
+            coro = worker(rt).handle_durably(body, request.id, queue, killed=killed)
+            outcome = rt.run(for_tenant(tenant_of_key(key), coro))
     if outcome.outcome == DEAD:
         where = queue if isinstance(queue, str) else None
         # The traceback of the attempt that failed (its frames: code, never values), so
