@@ -24,7 +24,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from time import monotonic
-from typing import Any
+from typing import Any, NoReturn
 
 import redis
 
@@ -96,7 +96,7 @@ def run(script: Any, queue: str, keys: list[Any], args: list[Any], client: Any =
         raise
 
 
-def lost(queue: str, why: str) -> None:
+def lost(queue: str, why: str) -> NoReturn:
     """The lease of ``queue`` is another's now: end this process at once, acking nothing.
 
     Everything it held (unacked, delivering, parked) is the new owner's, restored to
@@ -107,8 +107,14 @@ def lost(queue: str, why: str) -> None:
         queue,
         why,
     )
+    end(EXIT_FENCED)
+
+
+def end(status: int) -> NoReturn:
+    """End this process at once with ``status``, its logs flushed (no warm shutdown: it
+    would ack or restore what is the queue's next owner's)."""
     for handler in logging.getLogger().handlers:
         handler.flush()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(EXIT_FENCED)
+    os._exit(status)

@@ -50,6 +50,7 @@ from tulip_wire.topology import fence_key, lease_key, standby_key
 from tulip_workers import fencing
 from tulip_workers.parking import parking
 from tulip_workers.redelivery import (
+    EXIT_FAILURE,
     _redis_channel,
     connect_loudly,
     ordered_queues,
@@ -153,18 +154,20 @@ class Keeper(threading.Thread):
         fence = fencing.Fence(self.queue, self.lease.key, str(token), asked + self.seconds)
         fencing.hold(fence)
         self.token = token
-        restored = restore_unacked(self._connection, [self.queue], fence)
-        if (parked := parking()) is not None:
-            parked.start(_redis_channel(self._connection), self.queue, restored)
+        try:
+            restored = restore_unacked(self._connection, [self.queue], fence)
+            if (parked := parking()) is not None:
+                parked.start(_redis_channel(self._connection), self.queue, restored)
+        except Exception:  # consuming without the restore would break the order
+            log.critical("could not restore unacked messages of %s", [self.queue], exc_info=True)
+            with contextlib.suppress(redis.RedisError):
+                self.lease.release(token)
+            fencing.end(EXIT_FAILURE)
+        if restored:
+            log.warning("restored %d unacked message(s) to the head of %s", restored, [self.queue])
         self.lease.unlist_standby(self.owner)
         self.state, self.holder = "owner", self.owner
-        log.warning(
-            "owner of %s (fencing token %d): %d message(s) of the previous owner restored "
-            "to the head of the queue; consuming",
-            self.queue,
-            token,
-            restored,
-        )
+        log.warning("owner of %s (fencing token %d); consuming", self.queue, token)
         consume = _consume_from(self.consumer, self.queue)
         hub = getattr(self.consumer, "hub", None)
         if hub is not None:

@@ -176,3 +176,45 @@ def test_an_owner_paused_past_its_lease_consumes_and_acks_nothing_more(
         assert first_asks(model.asked[u]) == list(range(1, 16))
     assert client.hlen("unacked") == 0
     assert re.search(r"exiting without acking", owner.output())
+
+
+def test_a_rolling_restart_under_traffic_loses_duplicates_and_reorders_nothing(
+    pipeline: Pipeline, fake_openai: FakeOpenAI
+) -> None:
+    model = WhoAsked(delay=0.02)
+    fake_openai.default_chat = model
+    first, second = owner_and_standby(pipeline, fake_openai)
+    users = users_on(0, 4, "roll")
+    ids: list[str] = []
+    done = threading.Event()
+
+    def traffic() -> None:
+        with pipeline.producer() as producer:
+            n = 0
+            while not done.is_set() or n < 5:
+                n += 1
+                ids.extend(
+                    producer.session_ended(("acme", "users", u), f"t-{u}", said(u, n))
+                    for u in users
+                )
+                time.sleep(0.05)
+            assert producer.flush(timeout=30)
+
+    publisher = threading.Thread(target=traffic)
+    publisher.start()
+    try:
+        # As a rolling update with a surge does it: each worker's replacement starts (a
+        # standby), then the worker gets SIGTERM (the owner hands over to the standby).
+        for i, old in enumerate((first, second)):
+            pipeline.workers.start_all([shard_worker(pipeline, fake_openai, f"r{i}")])
+            old.stop(timeout=30)
+            assert old.proc is not None and old.proc.returncode == 0, old.output()
+    finally:
+        done.set()
+        publisher.join(60)
+    applied(pipeline, ids)
+    assert len({name for names in model.by.values() for name in names}) >= 3
+    for u in users:
+        assert model.asked[u] == list(range(1, len(model.asked[u]) + 1))  # each once, in order
+        assert len(model.asked[u]) == len(ids) // len(users)
+    assert "released the lease of memory.extract.0" in first.output() + second.output()
