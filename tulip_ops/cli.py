@@ -266,7 +266,9 @@ def _demo(stack: DevStack, args: argparse.Namespace, started: float) -> int:
 def _worker(args: argparse.Namespace) -> int:
     from tulip_ops.dev.supervisor import Supervisor, role_specs, worker_env
     from tulip_wire import celeryconfig
+    from tulip_wire.env import broker_url
 
+    broker_url()  # no guess: unset, one line naming the variable
     shards = (
         celeryconfig.CHECKPOINT_SHARDS if args.role == "checkpoint" else celeryconfig.EXTRACT_SHARDS
     )
@@ -371,7 +373,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _metrics(args: argparse.Namespace) -> int:
     from tulip_ops.metrics import serve
+    from tulip_wire.env import broker_url
 
+    broker_url()  # no guess: an unrelated Redis's empty queues would look healthy
     stop = _stop_on_signals()
     server, _ = serve(args.port, args.address)
     print(f"metrics: http://{args.address}:{server.server_port}/metrics", flush=True)

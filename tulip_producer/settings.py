@@ -29,7 +29,7 @@ from tulip_wire.signing import signer_of
 
 #: Named in the refusal when no broker is configured; never used as a default: a
 #: guessed ``redis://127.0.0.1:6379/0`` would publish into whatever Redis the host runs.
-EXAMPLE_BROKER_URL = "redis://127.0.0.1:6379/0"
+EXAMPLE_BROKER_URL = wire.EXAMPLE_BROKER_URL
 DEFAULT_EXTRACT_SHARDS = wire.EXTRACT_SHARDS.default
 DEFAULT_CHECKPOINT_SHARDS = wire.CHECKPOINT_SHARDS.default
 #: Read-your-writes overlay lifetime: far longer than any queue backlog should last.
@@ -122,10 +122,7 @@ class ProducerSettings:
         env = environ_of(environ)
         broker_url = wire.BROKER_URL.read(env)
         if not broker_url:
-            raise ValueError(
-                "TULIP_BROKER_URL is not set: set it to the broker the workers consume "
-                f"(e.g. {EXAMPLE_BROKER_URL}), or pass the URL to Producer.from_urls()"
-            )
+            raise ValueError(f"{wire.MISSING_BROKER_URL}, or pass the URL to Producer.from_urls()")
         return cls(
             broker_url=broker_url,
             redis_url=wire.REDIS_URL.read(env),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kombu import Exchange, Queue
 
-from tulip_wire import env, topology
+from tulip_wire import env, nobroker, topology
 from tulip_wire.endpoints import broker_endpoint
 
 EXTRACT_SHARDS = env.EXTRACT_SHARDS.read()
@@ -20,7 +20,9 @@ VISIBILITY_TIMEOUT = env.VISIBILITY_TIMEOUT.read()
 TASK_TIME_LIMIT = env.TASK_TIME_LIMIT.read()
 
 
-_broker = broker_endpoint(env.BROKER_URL.read() or "redis://127.0.0.1:6379/0")
+# No guess: unset, the URL names a transport that refuses every connection with the
+# one-line error every role gives (tulip_wire.nobroker); the roles refuse to start first.
+_broker = broker_endpoint(env.BROKER_URL.read() or nobroker.URL)
 broker_url = _broker.url
 broker_use_ssl = _broker.use_ssl
 _rabbit = broker_url.startswith(("amqp", "pyamqp"))

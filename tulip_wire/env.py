@@ -25,6 +25,22 @@ TASK_TIME_LIMIT = Var("TULIP_TASK_TIME_LIMIT", 30 * 60, positive)
 LOG_FORMAT = Var("TULIP_LOG_FORMAT", "text", one_of("text", "json"))
 
 
+#: What every role says when ``TULIP_BROKER_URL`` is unset: none guesses a broker.
+EXAMPLE_BROKER_URL = "redis://127.0.0.1:6379/0"
+MISSING_BROKER_URL = (
+    "TULIP_BROKER_URL is not set: set it to the broker the workers consume "
+    f"(e.g. {EXAMPLE_BROKER_URL})"
+)
+
+
+def broker_url(env: Env | None = None) -> str:
+    """``TULIP_BROKER_URL``; unset, a ``ValueError`` saying so (:data:`MISSING_BROKER_URL`)."""
+    url = BROKER_URL.read(environ(env))
+    if not url:
+        raise ValueError(MISSING_BROKER_URL)
+    return url
+
+
 def redis_url(env: Env | None = None) -> str | None:
     """``TULIP_REDIS_URL``, else a Redis ``TULIP_BROKER_URL``, else ``None``."""
     e = environ(env)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
+from celery import Celery, signals
 
 from tulip_wire.logs import install_for_celery as install_json_logs
+from tulip_wire.nobroker import refuse_to_start
 from tulip_workers.parking import install as install_parking
 from tulip_workers.poolinfo import install as install_poolinfo
 from tulip_workers.priority import install as install_priority
@@ -17,6 +18,7 @@ from tulip_workers.redelivery import install as install_redelivery
 from tulip_workers.refusals import install as install_refusals
 
 app = Celery("tulip_memory", include=["tulip_workers.tasks"])
+signals.celeryd_init.connect(refuse_to_start, weak=False)  # no broker guessed
 app.config_from_object(os.environ.get("CELERY_CONFIG_MODULE") or "tulip_wire.celeryconfig")
 # Messages Celery refuses before any task runs become dead letters (tulip_workers.refusals).
 app.conf.worker_consumer = "tulip_workers.refusals:Consumer"

@@ -4,7 +4,7 @@ A shard queue's owner holds its lease (:mod:`tulip_workers.lease`), which carrie
 fencing token that grows at every takeover. Every script that changes the queue's
 state on Redis, the consume, the unacked write, the ack, parking and taking back, the
 restore, runs behind ``lua/fence.lua``: it does nothing, and fails with
-``TULIP_FENCED``, unless the lease still carries this process's token. So an owner
+``FENCED``, unless the lease still carries this process's token. So an owner
 paused past its lease (SIGSTOP, a GC pause, a partition) that wakes up after a standby
 took over consumes and acks nothing more, whatever its threads were doing: the first
 script it runs fails, and :func:`lost` ends the process at once, without acking what it
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 #: standby).
 EXIT_FENCED = 75
 #: The error a fenced script replies with.
-FENCED_REPLY = "TULIP_FENCED"
+FENCED_REPLY = "FENCED the lease"
 _GUARD = lua(__file__, "fence.lua")
 
 

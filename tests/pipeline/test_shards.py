@@ -197,7 +197,7 @@ def test_a_rolling_restart_under_traffic_loses_duplicates_and_reorders_nothing(
                     producer.session_ended(("acme", "users", u), f"t-{u}", said(u, n))
                     for u in users
                 )
-                time.sleep(0.05)
+                time.sleep(0.2)
             assert producer.flush(timeout=30)
 
     publisher = threading.Thread(target=traffic)

@@ -5,7 +5,7 @@
 -- so the body reads its keys and arguments as it would unfenced.
 local fence_key, fence_token = KEYS[#KEYS], ARGV[#ARGV]
 if redis.call('HGET', fence_key, 'token') ~= fence_token then
-  return redis.error_reply('TULIP_FENCED lease lost')
+  return redis.error_reply("FENCED the lease is another's")
 end
 table.remove(KEYS)
 table.remove(ARGV)
