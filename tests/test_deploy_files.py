@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tulip_ops.cli import _parser
@@ -49,18 +48,6 @@ def test_every_tulip_command_parses_with_our_cli() -> None:
             continue
         args = parser.parse_args(service["command"])
         assert hasattr(args, "run"), name
-
-
-@pytest.mark.parametrize("role", sorted(ROLES))
-def test_every_shard_of_every_role_is_served_exactly_once(role: str) -> None:
-    shards = int(COMPOSE["x-tulip-env"][f"TULIP_{role.upper()}_SHARDS"])
-    served: list[int] = []
-    for service in SERVICES.values():
-        cmd = service.get("command") or []
-        if cmd[:2] == ["worker", role]:
-            shards_given = itertools.takewhile(str.isdigit, cmd[cmd.index("--shards") + 1 :])
-            served += [int(k) for k in shards_given]
-    assert sorted(served) == list(range(shards))
 
 
 def test_procfile_runs_every_role() -> None:
@@ -174,10 +161,19 @@ def test_long_running_tulip_services_have_healthchecks() -> None:
             assert test[0] in ("CMD", "CMD-SHELL") and len(test) > 1, name
 
 
-def test_ordered_services_run_exactly_one_replica() -> None:
-    for name, service in SERVICES.items():
-        if (service.get("command") or [])[:1] == ["worker"] and service["command"][1] in ROLES:
-            assert service["deploy"]["replicas"] == 1, name
+def test_ordered_services_claim_their_shards() -> None:
+    """Shard workers scale as pool members (their leases keep one consumer per shard),
+    never as fixed shard lists that a second replica would consume twice."""
+    ordered = [
+        service["command"]
+        for service in SERVICES.values()
+        if (service.get("command") or [])[:1] == ["worker"] and service["command"][1] in ROLES
+    ]
+    assert sorted(c[1] for c in ordered) == sorted(ROLES)
+    assert all(c[2:] == ["--claim"] for c in ordered), ordered
+    procfile = (ROOT / "Procfile").read_text()
+    for role in ROLES:
+        assert f"{role}: tulip-memory worker {role} --claim\n" in procfile
 
 
 def test_env_example_lists_every_variable_compose_reads() -> None:

@@ -28,6 +28,7 @@ from tulip_ops.placeholders import deployment_problems
 from tulip_wire.logs import configure as configure_logs
 
 if TYPE_CHECKING:
+    from tulip_ops.claim import Claim
     from tulip_ops.dev.stack import DevStack
 
 DESCRIPTION = (
@@ -128,6 +129,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="extract/checkpoint: events one shard worker runs at once, each key in order "
         "(default: TULIP_EXTRACT_CONCURRENCY / TULIP_CHECKPOINT_CONCURRENCY, else 16)",
+    )
+    worker.add_argument(
+        "--claim",
+        action="store_true",
+        help="extract/checkpoint: join the role's pool; run the shards it assigns to this "
+        "member (run as many members, on as many hosts, as wanted: each shard is owned by "
+        "one, rebalanced as members come and go; docs/shards.md)",
     )
     worker.add_argument("--log-dir", type=Path, help="one log file per worker (default: stdout)")
     worker.add_argument(
@@ -272,12 +280,12 @@ def _worker(args: argparse.Namespace) -> int:
     shards = (
         celeryconfig.CHECKPOINT_SHARDS if args.role == "checkpoint" else celeryconfig.EXTRACT_SHARDS
     )
-    config = {"CELERY_CONFIG_MODULE": args.config} if args.config else {}
-    supervisor = Supervisor(
-        role_specs(args.role, shards, args.shards, args.concurrency),
-        worker_env(config),
-        args.log_dir,
-    )
+    env = worker_env({"CELERY_CONFIG_MODULE": args.config} if args.config else {})
+    if args.claim:
+        supervisor = Supervisor([], env, args.log_dir, claims=[_claim(args, shards)])
+    else:
+        specs = role_specs(args.role, shards, args.shards, args.concurrency)
+        supervisor = Supervisor(specs, env, args.log_dir)
     stop = _stop_on_signals()
     supervisor.start()
     print(f"{args.role} workers: {supervisor.pids()}", flush=True)
@@ -287,6 +295,25 @@ def _worker(args: argparse.Namespace) -> int:
     finally:
         supervisor.stop()
     return 0
+
+
+def _claim(args: argparse.Namespace, shards: int) -> Claim:
+    """This process's membership of the role's shard pool (``--claim``)."""
+    from tulip_ops.claim import Claim
+    from tulip_ops.dev.supervisor import ROLES
+    from tulip_wire.endpoints import redis_client
+    from tulip_wire.env import redis_url
+    from tulip_workers.settings import SHARD_LEASE_SECONDS
+
+    if args.role not in ROLES:
+        raise ValueError(f"--claim is for the shard roles ({', '.join(sorted(ROLES))})")
+    if args.shards:
+        raise ValueError("--claim and --shards exclude each other: the pool assigns shards")
+    url = redis_url()
+    if url is None:
+        raise ValueError("--claim keeps the pool's members in Redis: set TULIP_REDIS_URL")
+    client = redis_client(url, socket_timeout=5, socket_connect_timeout=5)
+    return Claim(args.role, shards, client, SHARD_LEASE_SECONDS.read(), args.concurrency)
 
 
 def _dlq(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tulip_memory.private import write_private
+from tulip_ops.claim import Claim
 from tulip_ops.dev.embedded import EmbeddedPostgres, EmbeddedRedis
 from tulip_ops.dev.envfile import render_env
 from tulip_ops.dev.exporter import MetricsExporter
@@ -23,6 +24,8 @@ from tulip_ops.dev.flower import Flower
 from tulip_ops.dev.http import HttpService, demo_key
 from tulip_ops.dev.lock import DataDirLock
 from tulip_ops.dev.supervisor import POOLED, ROLES, Supervisor, role_specs
+from tulip_wire.endpoints import redis_client
+from tulip_workers.settings import SHARD_LEASE_SECONDS
 
 ENV_FILE = "tulip.env"
 
@@ -57,8 +60,12 @@ class DevStack:
             self._start_services()
             self._write_env()
             env = {**os.environ, **self.settings}
-            specs = [s for role in [*ROLES, *POOLED] for s in role_specs(role, self.shards)]
-            self.workers = Supervisor(specs, env, log_dir=self.data_dir / "logs").start()
+            # The shard roles as a pool of one member (tulip-memory worker <role> --claim):
+            # a second stack's or a Procfile's members on the same Redis share the shards.
+            specs = [s for role in POOLED for s in role_specs(role, self.shards)]
+            claims = [self._claim(role) for role in ROLES]
+            logs = self.data_dir / "logs"
+            self.workers = Supervisor(specs, env, log_dir=logs, claims=claims).start()
             self.metrics = MetricsExporter(env, self.data_dir / "logs" / "metrics.log").start()
             self.settings["TULIP_METRICS_URL"] = self.metrics.url
             self._write_env()
@@ -88,6 +95,11 @@ class DevStack:
             TULIP_CHECKPOINT_URL=f"file://{self.data_dir / 'checkpoints'}",
         )
         self._migrate_table()
+
+    def _claim(self, role: str) -> Claim:
+        assert self.redis is not None
+        client = redis_client(self.redis.url, socket_timeout=5)
+        return Claim(role, self.shards, client, SHARD_LEASE_SECONDS.read())
 
     def _start_http(self, env: dict[str, str]) -> None:
         """The HTTP service, its URL and a demo key of tenant ``demo`` in ``tulip.env``."""

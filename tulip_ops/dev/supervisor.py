@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from tulip_memory.env import EMBED_THREADS
 from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED
@@ -33,6 +33,9 @@ from tulip_wire.topology import (
 )
 from tulip_workers.keyed import BUFFER_PER_SLOT
 from tulip_workers.settings import CONCURRENCY
+
+if TYPE_CHECKING:
+    from tulip_ops.claim import Claim
 
 log = logging.getLogger(__name__)
 
@@ -131,13 +134,36 @@ class Supervisor:
     env: dict[str, str]
     log_dir: Path | None = None
     min_uptime: float = 5.0
+    #: Shard pools this supervisor is a member of (``--claim``): their workers come and
+    #: go with the assignment (:mod:`tulip_ops.claim`).
+    claims: list[Claim] = field(default_factory=list)
     _running: dict[str, _Running] = field(default_factory=dict)
+    _retiring: list[_Running] = field(default_factory=list)
     _logs: list[IO[bytes]] = field(default_factory=list)
 
     def start(self) -> Supervisor:
         for spec in self.specs:
             self._spawn(spec, restarts=0)
+        self._claim()
         return self
+
+    def add(self, spec: WorkerSpec) -> None:
+        """Start one more worker (a shard a claim gained)."""
+        self._spawn(spec, restarts=0)
+
+    def retire(self, name: str) -> None:
+        """SIGTERM one worker (a shard a claim lost) and restart it no more."""
+        r = self._running.pop(name, None)
+        if r is not None and r.proc.poll() is None:
+            r.proc.send_signal(signal.SIGTERM)
+            self._retiring.append(r)
+
+    def _claim(self) -> None:
+        for claim in self.claims:
+            try:
+                claim.tick(self)
+            except Exception as e:  # Redis away: keep the shards as they are
+                log.warning("could not renew the %s pool membership (%s)", claim.role, e)
 
     def _spawn(self, spec: WorkerSpec, restarts: int) -> None:
         out: IO[bytes] | None = None
@@ -160,6 +186,8 @@ class Supervisor:
     def check(self) -> list[str]:
         """Restart workers that exited; returns the names restarted. A worker that
         keeps dying right after start is restarted no faster than ``min_uptime``."""
+        self._claim()
+        self._retiring = [r for r in self._retiring if r.proc.poll() is None]
         restarted = []
         for name, r in list(self._running.items()):
             code = r.proc.poll()
@@ -174,11 +202,16 @@ class Supervisor:
 
     def stop(self, grace: float = 30.0) -> None:
         """Warm shutdown of every worker; SIGKILL after ``grace`` seconds."""
+        for claim in self.claims:
+            try:
+                claim.leave()
+            except Exception as e:
+                log.warning("could not leave the %s pool (%s)", claim.role, e)
         for r in self._running.values():
             if r.proc.poll() is None:
                 r.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + grace
-        for r in self._running.values():
+        for r in [*self._running.values(), *self._retiring]:
             try:
                 r.proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
