@@ -272,20 +272,22 @@ def _demo(stack: DevStack, args: argparse.Namespace, started: float) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from tulip_ops.dev.supervisor import Supervisor, role_specs, worker_env
+    from tulip_ops.dev.supervisor import ROLES, Supervisor, role_specs, worker_env
     from tulip_wire import celeryconfig
     from tulip_wire.env import broker_url
 
-    broker_url()  # no guess: unset, one line naming the variable
     shards = (
         celeryconfig.CHECKPOINT_SHARDS if args.role == "checkpoint" else celeryconfig.EXTRACT_SHARDS
     )
+    if args.claim and args.role not in ROLES:
+        raise ValueError(f"--claim is for the shard roles ({', '.join(sorted(ROLES))})")
+    if args.claim and args.shards:
+        raise ValueError("--claim and --shards exclude each other: the pool assigns shards")
+    specs = [] if args.claim else role_specs(args.role, shards, args.shards, args.concurrency)
+    broker_url()  # no guess: unset, one line naming the variable
+    claims = [_claim(args, shards)] if args.claim else []
     env = worker_env({"CELERY_CONFIG_MODULE": args.config} if args.config else {})
-    if args.claim:
-        supervisor = Supervisor([], env, args.log_dir, claims=[_claim(args, shards)])
-    else:
-        specs = role_specs(args.role, shards, args.shards, args.concurrency)
-        supervisor = Supervisor(specs, env, args.log_dir)
+    supervisor = Supervisor(specs, env, args.log_dir, claims=claims)
     stop = _stop_on_signals()
     supervisor.start()
     print(f"{args.role} workers: {supervisor.pids()}", flush=True)
@@ -300,15 +302,10 @@ def _worker(args: argparse.Namespace) -> int:
 def _claim(args: argparse.Namespace, shards: int) -> Claim:
     """This process's membership of the role's shard pool (``--claim``)."""
     from tulip_ops.claim import Claim
-    from tulip_ops.dev.supervisor import ROLES
     from tulip_wire.endpoints import redis_client
     from tulip_wire.env import redis_url
     from tulip_workers.settings import SHARD_LEASE_SECONDS
 
-    if args.role not in ROLES:
-        raise ValueError(f"--claim is for the shard roles ({', '.join(sorted(ROLES))})")
-    if args.shards:
-        raise ValueError("--claim and --shards exclude each other: the pool assigns shards")
     url = redis_url()
     if url is None:
         raise ValueError("--claim keeps the pool's members in Redis: set TULIP_REDIS_URL")

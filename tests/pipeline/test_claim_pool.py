@@ -60,7 +60,7 @@ def owners(client: redis.Redis) -> dict[int, int | None]:
     for k in range(SHARDS):
         owner = client.hget(lease_key(f"memory.extract.{k}"), "owner")
         if owner is not None:
-            found[k] = parent_of(int(owner.decode().rsplit("/", 1)[1]))
+            found[k] = parent_of(int(str(owner).rsplit("/", 1)[1]))
     return found
 
 
@@ -84,7 +84,7 @@ def wait_owned(client: redis.Redis, members: set[int], timeout: float = 120) -> 
 def test_three_members_own_eight_shards_once_and_rebalance_when_one_dies(
     pipeline: Pipeline, tmp_path: Path
 ) -> None:
-    client = redis.Redis.from_url(pipeline.broker_url)
+    client = redis.Redis.from_url(pipeline.broker_url, decode_responses=True)
     members = [start_member(pipeline, tmp_path / f"m{i}") for i in range(3)]
     try:
         owned = wait_owned(client, {m.pid for m in members})
