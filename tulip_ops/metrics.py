@@ -19,7 +19,13 @@ queue. This exporter asks the broker and Redis directly on every scrape:
 - ``tulip_event_latency_seconds{queue}``: a histogram of the seconds from an event's
   publish to its outcome (both counted by the workers in Redis, ``tulip_workers.tally``);
 - ``tulip_broker_up``: 1 when the broker answered this scrape;
-- ``tulip_build_info{version,python}``: 1, labelled with what runs.
+- ``tulip_build_info{version,python}``: 1, labelled with what runs;
+- ``tulip_shard_owner{queue,worker}`` (Redis): 1 for the worker holding each shard
+  queue's lease (its fencing token as ``tulip_shard_fencing_token{queue}``); a shard
+  queue with no owner is absent, so ``absent()`` or a count under the shard count
+  alerts;
+- ``tulip_shard_standby{queue,worker}`` (Redis): 1 for each standby worker of a shard
+  queue (:mod:`tulip_workers.lease`).
 """
 
 from __future__ import annotations
@@ -79,8 +85,9 @@ class PipelineCollector(Collector):
             labels=["queue"],
         )
         up = GaugeMetricFamily("tulip_broker_up", "1 when the broker answered this scrape")
+        shards = ShardGauges()
         try:
-            self._broker(depth, unacked, oldest)
+            self._broker(depth, unacked, oldest, shards)
             up.add_metric([], 1)
         except Exception as e:
             log.warning("broker %s: %s", redact_url(celeryconfig.broker_url), e)
@@ -91,11 +98,11 @@ class PipelineCollector(Collector):
             labels=["version", "python"],
         )
         build.add_metric([_version(), platform.python_version()], 1)
-        yield from (depth, unacked, oldest, up, build)
+        yield from (depth, unacked, oldest, up, build, shards.owner, shards.token, shards.standby)
         if self.redis is not None:
             yield from self._redis_metrics()
 
-    def _broker(self, depth: Any, unacked: Any, oldest: Any) -> None:
+    def _broker(self, depth: Any, unacked: Any, oldest: Any, shards: ShardGauges) -> None:
         with self.app.connection_for_read() as connection:
             connection.ensure_connection(max_retries=1)
             channel = connection.default_channel
@@ -108,6 +115,7 @@ class PipelineCollector(Collector):
                 unacked.add_metric([spec.name], in_work.get(spec.name, 0))
                 if spec.ordered:
                     oldest.add_metric([spec.name], _oldest_age(channel, spec.name))
+                    shards.add(channel, spec.name)
 
     def _redis_metrics(self) -> Iterable[Metric]:
         dead = CounterMetricFamily(
@@ -169,6 +177,38 @@ def _version() -> str:
         return importlib.metadata.version("tulip-memory")
     except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
         return "unknown"
+
+
+class ShardGauges:
+    """Each shard queue's owner, fencing token and standbys, from its lease keys."""
+
+    def __init__(self) -> None:
+        self.owner = GaugeMetricFamily(
+            "tulip_shard_owner",
+            "1 for the worker holding the shard queue's lease",
+            labels=["queue", "worker"],
+        )
+        self.token = GaugeMetricFamily(
+            "tulip_shard_fencing_token",
+            "The fencing token of the shard queue's lease (one more at every takeover)",
+            labels=["queue"],
+        )
+        self.standby = GaugeMetricFamily(
+            "tulip_shard_standby",
+            "1 for each standby worker of the shard queue",
+            labels=["queue", "worker"],
+        )
+
+    def add(self, channel: Any, queue: str) -> None:
+        client, prefix = _raw_client(channel)
+        lease = client.hgetall(prefix + topology.lease_key(queue))
+        owner, token = lease.get(b"owner"), lease.get(b"token")
+        if owner is not None and token is not None:
+            self.owner.add_metric([queue, owner.decode()], 1)
+            self.token.add_metric([queue], int(token))
+        now = int(time.time() * 1000)
+        for worker in client.zrangebyscore(prefix + topology.standby_key(queue), now, "+inf"):
+            self.standby.add_metric([queue, worker.decode()], 1)
 
 
 def _depth(channel: Any, queue: str) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -22,14 +24,16 @@ import redis
 
 from tests.pipeline.conftest import SHARDS, Pipeline
 from tests.pipeline.test_concurrency import SAID, model_env, said, users_on
+from tests.pipeline.test_metrics import metrics, scrape
 from tests.support.openai_server import FakeOpenAI, Reply
-from tests.support.workers import WorkerProcess
+from tests.support.workers import ROOT, WorkerProcess, worker_env
 from tulip_ops.dev.supervisor import role_specs
 from tulip_wire.topology import lease_key
 
 QUEUE = "memory.extract.0"
 LEASE = 1.5  # seconds: a takeover within a few
 C = 2
+__all__ = ["metrics"]  # the fixture
 
 
 class WhoAsked:
@@ -80,6 +84,17 @@ def owner_and_standby(pipeline: Pipeline, fake: FakeOpenAI) -> tuple[WorkerProce
     raise AssertionError(f"no owner and standby:\n{a.output()}\n{b.output()}")
 
 
+def inspect_stats(pipeline: Pipeline) -> dict[str, Any]:
+    """``celery inspect stats`` of every worker, by name (before the ``@``)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "tulip_workers.app", "inspect", "stats", "-j"],
+        cwd=ROOT, env=worker_env(**pipeline.env()), capture_output=True, text=True,
+        timeout=60, check=True,
+    )  # fmt: skip
+    replies = json.loads(done.stdout[done.stdout.index("{") :])
+    return {name.split("@")[0]: reply for name, reply in replies.items()}
+
+
 def publish(pipeline: Pipeline, users: list[str], first: int, last: int) -> list[str]:
     with pipeline.producer() as producer:
         ids = [
@@ -102,11 +117,24 @@ def name_of(worker: WorkerProcess) -> str:
 
 
 def test_two_workers_of_one_shard_one_consumes_the_other_stands_by(
-    pipeline: Pipeline, fake_openai: FakeOpenAI
+    pipeline: Pipeline, fake_openai: FakeOpenAI, metrics: str
 ) -> None:
     model = WhoAsked()
     fake_openai.default_chat = model
     owner, standby = owner_and_standby(pipeline, fake_openai)
+    scraped = scrape(metrics)
+    assert scraped is not None
+    owners = {dict(k[1])["worker"] for k in scraped if k[0] == "tulip_shard_owner"}
+    standbys = {
+        dict(k[1])["worker"]
+        for k in scraped
+        if k[0] == "tulip_shard_standby" and dict(k[1])["queue"] == QUEUE
+    }
+    assert [w.split("@")[0] for w in owners] == [owner.name]
+    assert [w.split("@")[0] for w in standbys] == [standby.name]
+    stats = inspect_stats(pipeline)  # what Flower's worker page shows
+    assert stats[owner.name]["shards"][QUEUE].startswith("owner (fencing token")
+    assert stats[standby.name]["shards"][QUEUE].startswith(f"standby (owned by {owner.name}@")
     users = users_on(0, 5, "two")
     ids = publish(pipeline, users, 1, 6)
     applied(pipeline, ids)
