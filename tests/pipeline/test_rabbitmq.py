@@ -1,6 +1,8 @@
 """Death counting on RabbitMQ: a message that kills its worker every time ends as a
-dead letter after N deaths, as on Redis; and messages Celery refuses before any task
-runs are dead letters there too (real RabbitMQ, real workers).
+dead letter after N deaths, as on Redis; messages Celery refuses before any task
+runs are dead letters there too; and two workers of one shard queue: the broker's
+single active consumer delivers to one, and to the other once the first dies, in order
+(real RabbitMQ, real workers).
 
 RabbitMQ requeues a dead consumer's message by itself, so no restore step sees the
 death; the runs are counted in the Redis of ``TULIP_REDIS_URL`` instead. Each test
@@ -13,15 +15,18 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from tests.pipeline.conftest import SHARDS, Pipeline
+from tests.pipeline.test_concurrency import said, users_on
 from tests.pipeline.test_faults import model_env, session, shard_of
 from tests.pipeline.test_poison import Killer, wait_for
 from tests.pipeline.test_rejected import refusals_are_dead_letters
+from tests.pipeline.test_shards import WhoAsked, applied, first_asks, shard_worker
 from tests.producer.test_publish import rabbitmq_reachable
 from tests.support.openai_server import FakeOpenAI
 from tests.support.pg import dead_reason
@@ -102,3 +107,39 @@ def test_messages_celery_refuses_are_dead_letters_on_rabbitmq(
     pipeline: Pipeline, vhost: str
 ) -> None:
     refusals_are_dead_letters(pipeline, vhost)
+
+
+def test_single_active_consumer_one_worker_consumes_the_other_takes_over_in_order(
+    pipeline: Pipeline, fake_openai: FakeOpenAI, vhost: str
+) -> None:
+    model = WhoAsked(delay=0.02)
+    fake_openai.default_chat = model
+    env = {"TULIP_BROKER_URL": vhost, "TULIP_REDIS_URL": pipeline.broker_url}
+    a, b = pipeline.workers.start_all(
+        [shard_worker(pipeline, fake_openai, n, **env) for n in ("rabbit-a", "rabbit-b")]
+    )
+    users = users_on(0, 3, "rabbit")
+    producer = Producer.from_urls(
+        vhost,
+        pipeline.broker_url,
+        spool_dir=pipeline.spool,
+        extract_shards=SHARDS,
+        checkpoint_shards=SHARDS,
+    )
+    with producer:
+        first = [producer.session_ended(("acme", "users", u), f"t-{u}", said(u, n))
+                 for n in range(1, 6) for u in users]  # fmt: skip
+        assert producer.flush(timeout=30)
+        applied(pipeline, first)
+        (active,) = model.workers()  # one consumer had them all
+        owner, other = (a, b) if active == a.name else (b, a)
+        later = [producer.session_ended(("acme", "users", u), f"t-{u}", said(u, n))
+                 for n in range(6, 16) for u in users]  # fmt: skip
+        assert producer.flush(timeout=30)
+        while sum(map(len, model.asked.values())) < len(first) + 4:
+            time.sleep(0.005)
+        owner.kill()
+        applied(pipeline, later)
+    assert model.workers() == {owner.name, other.name}
+    for u in users:
+        assert first_asks(model.asked[u]) == list(range(1, 16))

@@ -58,11 +58,11 @@ class WhoAsked:
         return {w for names in self.by.values() for w in names}
 
 
-def shard_worker(pipeline: Pipeline, fake: FakeOpenAI, name: str) -> WorkerProcess:
+def shard_worker(pipeline: Pipeline, fake: FakeOpenAI, name: str, **extra: str) -> WorkerProcess:
     """A worker of shard 0 laid out as ``tulip-memory worker extract`` does, asking the
     model as ``name`` (not started)."""
     (spec,) = role_specs("extract", SHARDS, [0], C)
-    env = model_env(fake, TULIP_EXTRACT_MODEL=f"openai/{name}")
+    env = model_env(fake, TULIP_EXTRACT_MODEL=f"openai/{name}", **extra)
     env["TULIP_SHARD_LEASE_SECONDS"] = str(LEASE)
     return pipeline.workers.threaded(
         name, list(spec.queues), spec.concurrency, {**pipeline.env(**env), **dict(spec.env)}
