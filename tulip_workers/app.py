@@ -24,8 +24,10 @@ app.config_from_object(os.environ.get("CELERY_CONFIG_MODULE") or "tulip_wire.cel
 app.conf.worker_consumer = "tulip_workers.refusals:Consumer"
 install_refusals()  # and items on a Redis shard queue that are no kombu message at all
 install_priority(app)  # batch workers (reindex) yield the cores to the request path
-install_redelivery(app)
 install_parking()  # a key's backlog waits in order outside the reservation (Redis)
-install_readiness(app)  # no "ready" before the database answers
+install_readiness(app)  # no "ready" before the database answers (the model client loaded)
+# After readiness: a shard queue on Redis leaves what Celery consumes at start, until the
+# worker holds its lease (tulip_workers.lease); readiness checks it first.
+install_redelivery(app)
 install_poolinfo(app)  # stats (Flower) report C, not the 4·C threads
 install_json_logs()  # TULIP_LOG_FORMAT=json: our loggers as JSON lines

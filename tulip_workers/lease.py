@@ -56,6 +56,7 @@ from tulip_workers.redelivery import (
     ordered_queues,
     restore_unacked,
 )
+from tulip_workers.runtime import event_worker_for, runtime
 from tulip_workers.settings import SHARD_LEASE_SECONDS
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,7 @@ class Keeper(threading.Thread):
         self.lease = ShardLease(client, channel.global_keyprefix, queue, seconds)
 
     def run(self) -> None:
+        self._warm()
         try:
             while not self._stopping.is_set():
                 asked = monotonic()
@@ -138,6 +140,18 @@ class Keeper(threading.Thread):
             log.exception("the lease keeper of %s stopped", self.queue)
             if self.token:
                 fencing.lost(self.queue, "its keeper failed")
+
+    def _warm(self) -> None:
+        """Before asking: the event worker of the queue built and its database checked,
+        as its first event would, so a takeover does not wait for that (seconds)."""
+        make = event_worker_for(self.queue)
+        if make is None:
+            return
+        try:
+            rt = runtime()
+            rt.run(make(rt).ready())
+        except Exception as e:  # the first event meets it again, and says so
+            log.warning("could not warm the event worker of %s (%s)", self.queue, e)
 
     def _wait(self, holder: str) -> None:
         if holder != self.holder:
