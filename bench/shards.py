@@ -152,7 +152,7 @@ def owner_of(bench: Bench, workers: list[Worker]) -> Worker:
 
 def trial(
     bench: Bench, pool: WorkerPool, owner: Worker, sig: signal.Signals, tag: str, lease: float
-) -> float:
+) -> tuple[float, float]:
     """Signal the owner, publish one event at once: seconds until another holds the
     lease, and until the event is applied."""
     before = bench.redis.hget(lease_key(QUEUE), "token")
