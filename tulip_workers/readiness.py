@@ -30,7 +30,9 @@ such a worker never imports litellm.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -147,6 +149,9 @@ def load_model_client(queue_names: Iterable[str]) -> None:
     extraction = runtime().settings.extractor
     if _extracts(names) and extraction is not None and extraction.chat_model.direct:
         model_map.model_entry(extraction.model)
+        # The SDK its first call would import (seconds): not on a takeover's first event.
+        with contextlib.suppress(ImportError):
+            importlib.import_module("openai")
     if not needs_litellm(names):
         return
     started = time.monotonic()
