@@ -203,11 +203,16 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         return tuple(client.register_script(s) for s in (record, _ACK, _RETURN))  # type: ignore[return-value]
 
     def _leased(self) -> str | None:
-        """The lone ordered queue this channel consumes under a lease, if so."""
+        """The lone ordered queue this channel consumes under a lease, if so (also once
+        the consumer was cancelled, at a warm shutdown: its acks and put-backs stay
+        fenced)."""
         queues = list(self.active_queues)
-        if len(queues) != 1:
+        if len(queues) == 1:
+            queue = str(queues[0])
+        elif not queues and self._moving is not None:
+            queue = self._moving[0]
+        else:
             return None
-        queue = str(queues[0])
         return queue if fencing.fence_of(queue) is not None else None
 
     def _take_moved(self) -> tuple[str, bytes] | None:
