@@ -7,7 +7,6 @@ its environment names (each documented in docs/configuration.md), health checks 
 
 from __future__ import annotations
 
-import itertools
 import re
 import shlex
 import sys
