@@ -10,10 +10,16 @@ took over consumes and acks nothing more, whatever its threads were doing: the f
 script it runs fails, and :func:`lost` ends the process at once, without acking what it
 holds (the new owner restored all of it, in order, before it consumed).
 
-Besides, a task thread checks :func:`valid` before it runs an event: the lease's local
-deadline (the last renewal's start plus the lease length, on the monotonic clock, which
-goes on while a process is stopped), so a woken thread does not begin a model call the
-new owner also makes.
+Besides, a task thread waits for :func:`valid` before it runs an event: the lease's
+local deadline (the last renewal's start plus the lease length, on the monotonic clock,
+which goes on while a process is stopped), so a woken thread does not begin a model call
+the new owner also makes; it waits until the keeper renews the lease (or takes it back:
+:meth:`Fence.regain`), or ends the process when it cannot.
+
+A refused script first tries to take the lease back (:meth:`Fence.regain`): a lease that
+lapsed while its owner could not reach Redis (a Redis restart, an outage longer than the
+lease) and that nobody took since (the fencing-token counter is still at this owner's
+token) is still this owner's to keep, with the same token.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ import logging
 import os
 import sys
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from time import monotonic
 from typing import Any, NoReturn
 
@@ -53,13 +60,25 @@ class Fence:
     key: str
     token: str
     deadline: float
+    #: Renews the lease, or takes it back with this token if nobody took it since it
+    #: lapsed; False when it is another's (the lease keeper's, :mod:`tulip_workers.lease`).
+    keep: Callable[[], bool] | None = field(default=None, compare=False)
 
     def valid(self) -> bool:
         return monotonic() < self.deadline
 
+    def regain(self) -> bool:
+        """After a refused script: whether the lease is this process's again (kept or
+        taken back with the same token), so the script can run again."""
+        try:
+            return self.keep is not None and self.keep()
+        except redis.RedisError:
+            return False
+
 
 _fences: dict[str, Fence] = {}
 _lock = threading.Lock()
+_renewed = threading.Condition()
 
 
 def guarded(script: str) -> str:
@@ -84,10 +103,38 @@ def valid() -> bool:
     return all(f.valid() for f in list(_fences.values()))
 
 
+def renewed(fence: Fence, deadline: float) -> None:
+    """``fence`` is surely this process's until ``deadline``: threads waiting in
+    :func:`await_valid` go on."""
+    with _renewed:
+        fence.deadline = deadline
+        _renewed.notify_all()
+
+
+def await_valid() -> None:
+    """Return once every lease this process holds is surely its own (at once, mostly).
+
+    A lease past its local deadline is being renewed by its keeper, which either renews
+    it (or takes it back) or ends the process: the caller starts nothing until then."""
+    if valid():
+        return
+    log.warning("a shard lease is past its deadline: the next event waits for its renewal")
+    with _renewed:
+        _renewed.wait_for(valid)
+
+
 def run(script: Any, queue: str, keys: list[Any], args: list[Any], client: Any = None) -> Any:
     """``script`` (a registered :func:`guarded` script) on ``queue``'s keys, fenced by this
-    process's token; :func:`lost` when the lease is not ours any more."""
+    process's token; run again once the lease is taken back (:meth:`Fence.regain`);
+    :func:`lost` when the lease is another's."""
     fence = _fences[queue]
+    try:
+        return script(keys=[*keys, fence.key], args=[*args, fence.token], client=client)
+    except redis.ResponseError as e:
+        if FENCED_REPLY not in str(e):
+            raise
+        if not fence.regain():
+            lost(queue, "a script was fenced")
     try:
         return script(keys=[*keys, fence.key], args=[*args, fence.token], client=client)
     except redis.ResponseError as e:

@@ -16,11 +16,15 @@ own ``add_task_queue`` (what ``celery control add_consumer`` runs), once it owns
   the queue, oldest first, and its parked keys are loaded, none taken back before those
   (:mod:`tulip_workers.redelivery`, :mod:`tulip_workers.parking`); then it consumes.
 - **Heartbeat.** The owner renews every third of ``TULIP_SHARD_LEASE_SECONDS``
-  (``lua/lease_renew.lua``, only while the lease carries its token). A renewal that
-  finds another's token, or none succeeding before the lease would have lapsed, ends
-  the process (:func:`tulip_workers.fencing.lost`); and every script that changes the
-  queue is fenced by the token anyway, so a paused owner that wakes up late consumes and
-  acks nothing more.
+  (``lua/lease_keep.lua``, only while the lease carries its token). While Redis cannot
+  be reached it retries every tenth, and no event starts once the lease is past its
+  local deadline. A lease that lapsed meanwhile (a Redis restart, an outage longer than
+  the lease) and that nobody took since (the token counter is still at the owner's
+  token) is taken back with the same token, and the shard goes on where it was; a
+  renewal that finds the lease taken by another, or the counter gone (a Redis that lost
+  its data), ends the process (:func:`tulip_workers.fencing.lost`). Every script that
+  changes the queue is fenced by the token anyway, so a paused owner that wakes up after
+  a takeover consumes and acks nothing more.
 - **Failover.** A standby asks every tenth of the lease (at most every second); an owner
   that died (SIGKILL, host loss) is replaced at most one lease length plus one ask after
   its last renewal.
@@ -62,6 +66,9 @@ from tulip_workers.settings import SHARD_LEASE_SECONDS
 log = logging.getLogger(__name__)
 _ACQUIRE = lua(__file__, "lease_acquire.lua")
 _RENEW = lua(__file__, "lease_renew.lua")
+_KEEP = lua(__file__, "lease_keep.lua")
+#: What :meth:`ShardLease.keep` returns.
+LOST, RENEWED, TAKEN_BACK = 0, 1, 2
 #: A standby's listing outlives this many of its asks.
 STANDBY_LISTED_ASKS = 5
 
@@ -78,14 +85,21 @@ class ShardLease:
         self._standby = prefix + standby_key(queue)
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
+        self._keep = client.register_script(_KEEP)
 
     def acquire(self, owner: str) -> tuple[int, str]:
         """``(token, owner)`` when taken, ``(0, the holder)`` when another holds it."""
-        token, holder = self._acquire(keys=[self.key, self._fence], args=[owner, self.ms])
+        now = int(time() * 1000)
+        token, holder = self._acquire(keys=[self.key, self._fence], args=[owner, self.ms, now])
         return int(token), _text(holder)
 
     def renew(self, token: int) -> bool:
         return bool(self._renew(keys=[self.key], args=[token, self.ms]))
+
+    def keep(self, owner: str, token: int) -> int:
+        """Renew the lease, or take it back with ``token`` when it lapsed and nobody took
+        it since: :data:`RENEWED`, :data:`TAKEN_BACK`, or :data:`LOST`."""
+        return int(self._keep(keys=[self.key, self._fence], args=[owner, token, self.ms]))
 
     def release(self, token: int) -> bool:
         return bool(self._renew(keys=[self.key], args=[token, 0]))
@@ -166,6 +180,7 @@ class Keeper(threading.Thread):
 
     def _take_over(self, token: int, asked: float) -> None:
         fence = fencing.Fence(self.queue, self.lease.key, str(token), asked + self.seconds)
+        fence.keep = self._kept
         fencing.hold(fence)
         self.token = token
         try:
@@ -190,21 +205,38 @@ class Keeper(threading.Thread):
             consume()
 
     def _keep(self) -> None:
-        fence = fencing.fence_of(self.queue)
-        assert fence is not None
+        """Renew every third of the lease; while Redis cannot be reached, retry every
+        tenth (no event starts once the lease is past its local deadline,
+        :func:`tulip_workers.fencing.await_valid`); a lease that lapsed meanwhile and
+        that nobody took since is taken back with the same token; one another took (or a
+        Redis that lost the token counter) ends the process."""
         every = self.seconds / 3
         while not self._stopping.wait(every):
-            asked = monotonic()
             try:
-                if not self.lease.renew(self.token):
+                if not self._kept():
                     fencing.lost(self.queue, "its renewal found the lease another's")
-                fence.deadline = asked + self.seconds
                 every = self.seconds / 3
             except redis.RedisError as e:
-                if not fence.valid():
-                    fencing.lost(self.queue, f"no renewal succeeded in time ({e})")
                 log.warning("could not renew the lease of %s (%s); retrying", self.queue, e)
                 every = self.seconds / 10
+
+    def _kept(self) -> bool:
+        """Renew the lease or take it back (:meth:`ShardLease.keep`); False if lost."""
+        fence = fencing.fence_of(self.queue)
+        assert fence is not None
+        asked = monotonic()
+        kept = self.lease.keep(self.owner, self.token)
+        if kept == LOST:
+            return False
+        if kept == TAKEN_BACK:
+            log.warning(
+                "took the lease of %s back (fencing token %d): it lapsed while Redis could "
+                "not be reached and nobody took it since",
+                self.queue,
+                self.token,
+            )
+        fencing.renewed(fence, asked + self.seconds)
+        return True
 
     def hand_over(self) -> None:
         """At a warm shutdown, after the tasks in hand were acked: the reserved ones

@@ -306,10 +306,15 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
             self._flush_brpop_reauth()
 
     def _consumed_fenced(self, queue: str, error: redis.ResponseError) -> None:
-        """A fenced consume's error reply: the lease lost (the process ends), or the
-        script gone from a restarted Redis (loaded again before the next ask)."""
+        """A fenced consume's error reply: the lease lapsed and taken back (ask again),
+        or lost (the process ends); or the script gone from a restarted Redis (loaded
+        again before the next ask)."""
         if fencing.FENCED_REPLY in str(error):
-            fencing.lost(queue, "the consume was fenced")
+            fence = fencing.fence_of(queue)
+            if fence is None or not fence.regain():
+                fencing.lost(queue, "the consume was fenced")
+            self._ready = True  # taken back (a lease lapsed in an outage): ask again
+            raise Empty() from error
         self._consume_sha = None
         self._ready = True
         raise Empty() from error

@@ -83,8 +83,9 @@ def _ordered(
     key = envelope_key(body, task_id)
     # A message that was running when a worker died runs alone: a second death is its own.
     with rt.order(event_type).turn(task_id, key, exclusive=died > 0):
-        if not fencing.valid():  # a paused owner woken past its lease runs nothing more
-            fencing.lost(str(queue), "its lease lapsed before an event ran")
+        # A paused owner woken past its lease runs nothing more before it is renewed
+        # (or, taken over, the process ends).
+        fencing.await_valid()
         with running(queue, task_id, rt.settings.redis_url):
             coro = worker(rt).handle_durably(body, request.id, queue, killed=killed)
             outcome = rt.run(for_tenant(tenant_of_key(key), coro))

@@ -13,7 +13,7 @@ import redis
 
 from tulip_wire.scripts import lua
 from tulip_workers import fencing, reliable_redis
-from tulip_workers.lease import ShardLease
+from tulip_workers.lease import LOST, RENEWED, TAKEN_BACK, ShardLease
 
 
 class Ended(Exception):
@@ -71,4 +71,50 @@ def test_fenced_scripts_refuse_and_change_nothing_with_an_old_token(
         fencing.run(consume, queue, [source, delivering], [])
     assert ended.value.args == (fencing.EXIT_FENCED,)
     assert client.lrange(source, 0, -1) == [b"m2"]  # nothing moved
+    assert client.lrange(delivering, 0, -1) == [b"m1"]
+
+
+def test_a_lease_lapsed_in_an_outage_is_taken_back_with_its_token_unless_another_took_it(
+    client: redis.Redis, queue: str
+) -> None:
+    lease = ShardLease(client, "", queue, seconds=5)
+    token, _ = lease.acquire("a/1")
+    assert lease.keep("a/1", token) == RENEWED
+    client.delete(lease.key)  # lapsed while Redis could not be reached (or restarted)
+    assert lease.keep("a/1", token) == TAKEN_BACK  # nobody took it since: same token
+    assert client.hget(lease.key, "token") == str(token).encode()
+    assert 0 < client.pttl(lease.key) <= 5000
+    assert lease.acquire("b/2") == (0, "a/1")
+    client.delete(lease.key)
+    second, _ = lease.acquire("b/2")  # taken over while a/1 was away
+    client.delete(lease.key)  # and lapsed again
+    assert lease.keep("a/1", token) == LOST  # the counter moved on: a/1 lost it
+    assert client.exists(lease.key) == 0
+    assert lease.keep("b/2", second) == TAKEN_BACK
+
+
+def test_a_redis_that_lost_its_data_gives_tokens_above_the_old_ones(
+    client: redis.Redis, queue: str
+) -> None:
+    lease = ShardLease(client, "", queue, seconds=5)
+    old, _ = lease.acquire("a/1")
+    client.delete(lease.key, f"tulip:fence:{queue}")  # no persistence: all gone
+    assert lease.keep("a/1", old) == LOST  # no counter to say nobody took it
+    new, _ = lease.acquire("b/2")
+    assert new > old
+
+
+def test_a_fenced_script_runs_once_the_lapsed_lease_is_taken_back(
+    client: redis.Redis, queue: str
+) -> None:
+    lease = ShardLease(client, "", queue, seconds=5)
+    token, _ = lease.acquire("a/1")
+    fence = fencing.Fence(queue, lease.key, str(token), float("inf"))
+    fence.keep = lambda: lease.keep("a/1", token) != LOST
+    fencing.hold(fence)
+    source, delivering = f"{queue}:list", f"{queue}:delivering"
+    client.lpush(source, b"m1")
+    consume = client.register_script(fencing.guarded(lua(reliable_redis.__file__, "consume.lua")))
+    client.delete(lease.key)  # lapsed in an outage, nobody took it
+    assert fencing.run(consume, queue, [source, delivering], []) == b"m1"
     assert client.lrange(delivering, 0, -1) == [b"m1"]
