@@ -283,13 +283,17 @@ _keepers: dict[str, Keeper] = {}
 
 def defer(app: Celery, worker: Any) -> None:
     """At a worker's start (``celeryd_after_setup``): its shard queues on Redis are
-    consumed once it holds their leases (:class:`ShardLeases`), not from the start."""
+    consumed once it holds their leases (:class:`ShardLeases`), not from the start; it
+    waits for the broker here, saying which one it cannot reach (:func:`connect_loudly`)."""
     queues = ordered_queues(app.amqp.queues.consume_from)
     if not queues:
         return
     with app.connection_for_write() as connection:
         if connection.transport.driver_type != "redis":
             return  # RabbitMQ: x-single-active-consumer does it (docs/shards.md)
+        # As the restore at start did: a broker that is down is named at once and at
+        # every attempt (Celery's consumer retries quietly about which one).
+        connect_loudly(connection, app.conf.broker_connection_max_retries)
     for queue in queues:
         app.amqp.queues.deselect(queue)
     _deferred[id(app)] = queues
