@@ -32,6 +32,9 @@ from tulip_wire.topology import lease_key
 
 QUEUE = "memory.extract.0"
 LEASE = 1.5  # seconds: a takeover within a few
+#: A handover's lease: released, not lapsed, so its length does not slow the test, and a
+#: renewal stalled by a loaded machine does not lapse it (fencing the owner, an exit 75).
+HANDOVER_LEASE = 6.0
 C = 2
 __all__ = ["metrics"]  # the fixture
 
@@ -60,19 +63,24 @@ class WhoAsked:
 
 def shard_worker(pipeline: Pipeline, fake: FakeOpenAI, name: str, **extra: str) -> WorkerProcess:
     """A worker of shard 0 laid out as ``tulip-memory worker extract`` does, asking the
-    model as ``name`` (not started)."""
+    model as ``name`` (not started); its lease :data:`LEASE` unless ``extra`` says."""
     (spec,) = role_specs("extract", SHARDS, [0], C)
     env = model_env(fake, TULIP_EXTRACT_MODEL=f"openai/{name}", **extra)
-    env["TULIP_SHARD_LEASE_SECONDS"] = str(LEASE)
+    env.setdefault("TULIP_SHARD_LEASE_SECONDS", str(LEASE))
     return pipeline.workers.threaded(
         name, list(spec.queues), spec.concurrency, {**pipeline.env(**env), **dict(spec.env)}
     )
 
 
-def owner_and_standby(pipeline: Pipeline, fake: FakeOpenAI) -> tuple[WorkerProcess, WorkerProcess]:
+def owner_and_standby(
+    pipeline: Pipeline, fake: FakeOpenAI, lease: float = LEASE
+) -> tuple[WorkerProcess, WorkerProcess]:
     """Two workers of shard 0, started side by side: (the owner, the standby)."""
     a, b = pipeline.workers.start_all(
-        [shard_worker(pipeline, fake, "shard0-a"), shard_worker(pipeline, fake, "shard0-b")]
+        [
+            shard_worker(pipeline, fake, name, TULIP_SHARD_LEASE_SECONDS=str(lease))
+            for name in ("shard0-a", "shard0-b")
+        ]
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -114,6 +122,19 @@ def applied(pipeline: Pipeline, ids: list[str], timeout: float = 90) -> None:
 
 def name_of(worker: WorkerProcess) -> str:
     return worker.name  # litellm sends the model name without its provider
+
+
+def owner_now(pipeline: Pipeline, workers: list[WorkerProcess]) -> WorkerProcess:
+    """The one of ``workers`` whose name the lease of shard 0 carries (once one holds it:
+    just after a handover a standby may not have asked yet)."""
+    deadline = time.monotonic() + 30
+    with redis.Redis.from_url(pipeline.broker_url, decode_responses=True) as client:
+        while time.monotonic() < deadline:
+            owner = str(client.hget(lease_key(QUEUE), "owner"))
+            if found := [w for w in workers if owner.startswith(f"{w.name}@")]:
+                return found[0]
+            time.sleep(0.05)
+    raise AssertionError(f"none of {[w.name for w in workers]} owns {QUEUE}")
 
 
 def test_two_workers_of_one_shard_one_consumes_the_other_stands_by(
@@ -211,7 +232,7 @@ def test_a_rolling_restart_under_traffic_loses_duplicates_and_reorders_nothing(
 ) -> None:
     model = WhoAsked(delay=0.02)
     fake_openai.default_chat = model
-    first, second = owner_and_standby(pipeline, fake_openai)
+    first, second = owner_and_standby(pipeline, fake_openai, HANDOVER_LEASE)
     users = users_on(0, 4, "roll")
     ids: list[str] = []
     done = threading.Event()
@@ -231,10 +252,24 @@ def test_a_rolling_restart_under_traffic_loses_duplicates_and_reorders_nothing(
     publisher = threading.Thread(target=traffic)
     publisher.start()
     try:
-        # As a rolling update with a surge does it: each worker's replacement starts (a
-        # standby), then the worker gets SIGTERM (the owner hands over to the standby).
-        for i, old in enumerate((first, second)):
-            pipeline.workers.start_all([shard_worker(pipeline, fake_openai, f"r{i}")])
+        # As a rolling update with a surge does it: a replacement starts (a standby),
+        # then the owner gets SIGTERM and hands over to a standby: whichever standby
+        # takes the lease (the old one or the replacement) owns it next, so each round
+        # stops the owner of the moment, three owners in all.
+        live = [first, second]
+        for i in range(2):
+            live += pipeline.workers.start_all(
+                [
+                    shard_worker(
+                        pipeline,
+                        fake_openai,
+                        f"r{i}",
+                        TULIP_SHARD_LEASE_SECONDS=str(HANDOVER_LEASE),
+                    )
+                ]
+            )
+            old = owner_now(pipeline, live)
+            live.remove(old)
             old.stop(timeout=30)
             assert old.proc is not None and old.proc.returncode == 0, old.output()
     finally:
