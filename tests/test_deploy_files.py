@@ -160,6 +160,10 @@ def test_long_running_tulip_services_have_healthchecks() -> None:
             assert test[0] in ("CMD", "CMD-SHELL") and len(test) > 1, name
 
 
+#: The deployment settings module every worker service starts with (root celeryconfig.py).
+CONFIG = ["--config", "celeryconfig"]
+
+
 def test_ordered_services_claim_their_shards() -> None:
     """Shard workers scale as pool members (their leases keep one consumer per shard),
     never as fixed shard lists that a second replica would consume twice."""
@@ -169,10 +173,10 @@ def test_ordered_services_claim_their_shards() -> None:
         if (service.get("command") or [])[:1] == ["worker"] and service["command"][1] in ROLES
     ]
     assert sorted(c[1] for c in ordered) == sorted(ROLES)
-    assert all(c[2:] == ["--claim"] for c in ordered), ordered
+    assert all(c[2:] == ["--claim", *CONFIG] for c in ordered), ordered
     procfile = (ROOT / "Procfile").read_text()
     for role in ROLES:
-        assert f"{role}: tulip-memory worker {role} --claim\n" in procfile
+        assert f"{role}: tulip-memory worker {role} --claim {' '.join(CONFIG)}\n" in procfile
 
 
 def test_env_example_lists_every_variable_compose_reads() -> None:

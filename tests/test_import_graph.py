@@ -15,6 +15,7 @@ from tests.support.imports import Import, circles, graph, imports
 KNOWN: list[list[str]] = [
     [
         "tulip_workers.app",
+        "tulip_workers.lease",
         "tulip_workers.parking",
         "tulip_workers.poolinfo",
         "tulip_workers.priority",

@@ -5,6 +5,7 @@ inspect`` by hand) fails with it instead of reaching some local Redis."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -12,6 +13,15 @@ import pytest
 
 from tulip_producer.settings import ProducerSettings
 from tulip_wire.env import MISSING_BROKER_URL
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the refusal comes before any bind, but a metrics
+    exporter started by mistake must not take a well-known one)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
 
 CELERY = [sys.executable, "-m", "celery", "-A", "tulip_workers.app"]
 CLI = [sys.executable, "-m", "tulip_ops.cli"]
@@ -28,7 +38,7 @@ def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     [
         [*CLI, "worker", "extract"],
         [*CLI, "worker", "summarize"],
-        [*CLI, "metrics", "--port", "0"],
+        [*CLI, "metrics", "--port", str(free_port())],
         [*CELERY, "worker", "-P", "solo", "-Q", "memory.extract.0"],
     ],
     ids=["worker extract", "worker summarize", "metrics", "celery worker"],

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, Any, Protocol
 
 from tulip_memory.env import EMBED_THREADS
 from tulip_wire.events import CHECKPOINT_SAVED, SESSION_ENDED
@@ -34,10 +34,19 @@ from tulip_wire.topology import (
 from tulip_workers.keyed import BUFFER_PER_SLOT
 from tulip_workers.settings import CONCURRENCY
 
-if TYPE_CHECKING:
-    from tulip_ops.claim import Claim
-
 log = logging.getLogger(__name__)
+
+
+class PoolMembership(Protocol):
+    """What a supervisor asks of a shard pool membership (:class:`tulip_ops.claim.Claim`,
+    which imports this module for the worker specs, so it is named here by shape)."""
+
+    role: str
+
+    def tick(self, workers: Any) -> list[int]: ...
+
+    def leave(self) -> None: ...
+
 
 #: Ordered roles (one solo worker per shard queue ``<prefix>.<k>``).
 ROLES = {"extract": EXTRACT_QUEUE_PREFIX, "checkpoint": CHECKPOINT_QUEUE_PREFIX}
@@ -136,7 +145,7 @@ class Supervisor:
     min_uptime: float = 5.0
     #: Shard pools this supervisor is a member of (``--claim``): their workers come and
     #: go with the assignment (:mod:`tulip_ops.claim`).
-    claims: list[Claim] = field(default_factory=list)
+    claims: Sequence[PoolMembership] = field(default_factory=list)
     _running: dict[str, _Running] = field(default_factory=dict)
     _retiring: list[_Running] = field(default_factory=list)
     _logs: list[IO[bytes]] = field(default_factory=list)
