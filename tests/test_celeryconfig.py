@@ -31,6 +31,7 @@ def test_celery_reads_the_deployment_directory_s_module(tmp_path: Path) -> None:
         f.write("worker_max_tasks_per_child = 777\n")
     command = [sys.executable, "-m", "celery", "-A", "tulip_workers.app"]
     env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": str(ROOT)}
+    env["TULIP_BROKER_URL"] = "redis://127.0.0.1:1/0"  # required (none guessed); never dialled
 
     def report(*config: str) -> str:
         done = subprocess.run(
@@ -51,7 +52,8 @@ def test_the_procfile_and_compose_start_celery_with_it() -> None:
         if line and not line.startswith("#")
     )
     for role in ("extract", "checkpoint", "summarize", "reindex"):
-        assert procfile[role].endswith(f"worker {role} --config celeryconfig")
+        assert procfile[role].startswith(f"tulip-memory worker {role} ")
+        assert procfile[role].endswith(" --config celeryconfig")
     assert "--config celeryconfig flower" in procfile["flower"]
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     for name, service in services.items():
